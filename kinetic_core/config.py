@@ -1,0 +1,177 @@
+"""Target: where and how a job runs.
+
+Resolution per field: explicit argument > ``KINETIC_<FIELD>`` environment variable >
+built-in default. A Target is plain data (JSON round-trip) so triggers and blocks can
+carry it; the signing key is a secret and is never serialized.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+from kinetic_core.errors import ConfigError
+
+BACKENDS = ("local", "kubernetes", "gke")
+STORAGE_SCHEMES = ("file://", "gs://")
+SECRET_FIELDS = frozenset({"signing_key"})
+DEFAULT_STORAGE = "file://~/.kinetic"
+
+@dataclass(frozen=True)
+class Target:
+    """Where a job runs and where its state lives. ``None`` means "not set here"."""
+
+    backend: str | None = None
+    storage: str | None = None
+    # Kubernetes / GKE options (ignored by the local backend).
+    namespace: str | None = None
+    image: str | None = None
+    accelerator: str | None = None
+    spot: bool | None = None
+    resources: dict[str, Any] | None = None
+    service_account: str | None = None
+    kube_context: str | None = None
+    in_cluster: bool | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    project: str | None = None
+    # Local backend option: where supervisor records and logs live (default: beside the storage).
+    local_dir: str | None = None
+    # Job behaviour.
+    env: list[str] | None = None  # names of env vars captured at submit (values travel signed)
+    life_span: float | None = None  # max seconds running
+    schedule_timeout: float | None = None  # max seconds pending
+    poll_interval: float | None = None  # steady-state seconds between status polls
+    pickle_by_value: list[str] | None = None  # module names shipped by value
+    tags: dict[str, str] | None = None
+    signing_key: str | None = field(default=None, repr=False)
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def coerce(cls, value: Target | dict[str, Any] | None) -> Target:
+        """Accept a Target, a plain dict (e.g. from JSON or an Airflow param) or None."""
+        if value is None:
+            return cls()
+        if isinstance(value, Target):
+            return value
+        if isinstance(value, dict):
+            return cls.from_dict(value)
+        raise ConfigError(f"target must be a Target, a dict or None, not {type(value).__name__}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Target:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"Unknown target option(s) {unknown}; valid options are {sorted(known)}."
+            )
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Target:
+        return cls.from_dict(json.loads(text))
+
+    def merge(self, overrides: Target | dict[str, Any] | None) -> Target:
+        """This target with every field that ``overrides`` sets replacing ours."""
+        other = Target.coerce(overrides)
+        changes = {f.name: getattr(other, f.name) for f in fields(other) if getattr(other, f.name) is not None}
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self, *, include_secrets: bool = False) -> dict[str, Any]:
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) is not None
+            and (include_secrets or f.name not in SECRET_FIELDS)
+        }
+
+    def to_json(self) -> str:
+        """JSON without secrets: safe for handles, XCom, trigger kwargs and logs."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    # ---- resolution ---------------------------------------------------------------------
+    def resolve(self, environ: dict[str, str] | None = None) -> Target:
+        """Fill unset fields from ``KINETIC_*`` variables, then defaults; validate the result."""
+        env = os.environ if environ is None else environ
+        hints = get_type_hints(Target)
+        values: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            var = f"KINETIC_{f.name.upper()}"
+            if value is None and env.get(var, "") != "":
+                value = _parse_env(var, env[var], hints[f.name])
+            values[f.name] = value
+        values["backend"] = values["backend"] or "local"
+        values["storage"] = normalize_storage_uri(values["storage"] or DEFAULT_STORAGE)
+        resolved = Target(**values)
+        resolved.validate()
+        return resolved
+
+    def validate(self) -> None:
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ConfigError(
+                f"Unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)} "
+                "(argument backend= or KINETIC_BACKEND)."
+            )
+        for name in ("life_span", "schedule_timeout", "poll_interval"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
+                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}.")
+        if self.env is not None and not all(isinstance(n, str) and n for n in self.env):
+            raise ConfigError(f"env must be a list of environment variable names, got {self.env!r}.")
+        if self.tags is not None:
+            validate_tags(self.tags)
+
+def validate_tags(tags: Any) -> dict[str, str]:
+    if not isinstance(tags, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
+    ):
+        raise ConfigError(f"tags must be a dict of str to str, got {tags!r}.")
+    return tags
+
+def normalize_storage_uri(uri: str) -> str:
+    """Check a storage URI and expand ``~`` in file URIs; raise ConfigError when malformed."""
+    if not isinstance(uri, str) or not uri.startswith(STORAGE_SCHEMES):
+        raise ConfigError(
+            f"Malformed storage URI {uri!r}: use file:///absolute/path, file://~/dir or "
+            "gs://bucket/prefix (argument storage= or KINETIC_STORAGE)."
+        )
+    if uri.startswith("file://"):
+        path = uri[len("file://") :]
+        if not path:
+            raise ConfigError(f"Storage URI {uri!r} names no directory.")
+        return "file://" + str(Path(os.path.expanduser(path)).absolute())
+    bucket = uri[len("gs://") :].split("/", 1)[0]
+    if not bucket:
+        raise ConfigError(f"Storage URI {uri!r} names no bucket: use gs://bucket/prefix.")
+    return uri.rstrip("/")
+
+def _parse_env(var: str, raw: str, hint: Any) -> Any:
+    """Parse one KINETIC_* value according to the field's type."""
+    args = [a for a in get_args(hint) if a is not type(None)]
+    kind = args[0] if args else hint
+    origin = get_origin(kind) or kind
+    try:
+        if origin is bool:
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if origin is float:
+            return float(raw)
+        if origin is list:
+            return json.loads(raw) if raw.lstrip().startswith("[") else [s.strip() for s in raw.split(",") if s.strip()]
+        if origin is dict:
+            return json.loads(raw)
+    except ValueError as exc:
+        raise ConfigError(f"Cannot parse {var}={raw!r} as {kind}: {exc}") from None
+    return raw
+

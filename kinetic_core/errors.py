@@ -1,0 +1,103 @@
+"""Typed errors. Every message says what was wrong and what to do about it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kinetic_core.jobs import JobHandle, JobState
+
+
+class KineticError(Exception):
+    """Base of every error kinetic raises on purpose."""
+
+
+class ConfigError(KineticError, ValueError):
+    """A Target, environment variable or argument is invalid."""
+
+
+class InvalidIdError(ConfigError):
+    """A job or group id that is not safe to use as a path or resource name."""
+
+
+class SubmissionError(KineticError):
+    """A job could not be submitted; nothing was left behind."""
+
+
+class SerializationError(SubmissionError):
+    """The function or its arguments cannot be pickled."""
+
+
+class StorageError(KineticError):
+    """The storage root cannot be read or written (missing bucket, permissions...)."""
+
+
+class JobNotFound(KineticError, LookupError):
+    """No job with that id exists under the storage root."""
+
+
+class PayloadIntegrityError(KineticError):
+    """An envelope failed its checksum or signature check; it was not unpickled."""
+
+
+class WaitTimeout(KineticError, TimeoutError):
+    """Waiting timed out. The job keeps running and its handle stays valid."""
+
+
+class JobCancelled(KineticError):
+    """The job was cancelled, so it has no result."""
+
+
+class JobFailed(KineticError):
+    """The job ended without a result (lost, killed, deadline...): see ``state`` and ``log_tail``."""
+
+    def __init__(self, message: str, *, state: JobState | None = None, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.state = state
+        self.log_tail = log_tail
+
+
+class ResultNotAvailable(KineticError):
+    """The result was already collected and cleaned up."""
+
+
+class RemoteError(KineticError):
+    """A remote exception that could not be rebuilt here (unpicklable or not importable)."""
+
+    def __init__(
+        self, type_name: str, message: str, traceback: str = "", phase: str = "run"
+    ) -> None:
+        super().__init__(f"{type_name}: {message}" + (f"\n\nRemote traceback:\n{traceback}" if traceback else ""))
+        self.type_name = type_name
+        self.remote_message = message
+        self.remote_traceback = traceback
+        self.phase = phase
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RemoteError, (self.type_name, self.remote_message, self.remote_traceback, self.phase))
+
+
+class BatchError(KineticError):
+    """Some children of a batch failed. Carries what succeeded so no work is lost."""
+
+    def __init__(
+        self,
+        group_id: str,
+        failures: list[JobHandle],
+        partial_results: list[Any],
+        submission_failures: dict[int, BaseException] | None = None,
+        total: int | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.failures = failures
+        self.partial_results = partial_results
+        self.submission_failures = dict(submission_failures or {})
+        n = len(failures) + len(self.submission_failures)
+        self.total = total if total is not None else len(partial_results)
+        super().__init__(f"Batch {group_id}: {n} of {self.total} jobs failed")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            BatchError,
+            (self.group_id, self.failures, self.partial_results, self.submission_failures, self.total),
+        )

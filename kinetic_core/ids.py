@@ -1,0 +1,49 @@
+"""Job and group ids: validated before they ever become a path or a resource name."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+
+from kinetic_core.errors import InvalidIdError
+
+ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
+
+
+def validate_id(value: str, kind: str = "job id") -> str:
+    """Return ``value`` if it is a safe id, else raise :class:`InvalidIdError`."""
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        raise InvalidIdError(
+            f"Invalid {kind} {value!r}: ids must match {ID_PATTERN.pattern} "
+            "(3-63 lowercase letters, digits and '-', starting with a letter or digit). "
+            "Copy the id exactly as `kinetic jobs list` prints it."
+        )
+    return value
+
+
+def slug(name: str, max_len: int = 20) -> str:
+    """A lowercase, dash-separated prefix derived from a human name (may be empty)."""
+    text = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return text[:max_len].strip("-")
+
+
+def new_id(name: str = "job") -> str:
+    """A fresh, sortable, collision-resistant id such as ``train-20261121t043000-3f9a2c1d``."""
+    prefix = slug(name) or "job"
+    stamp = time.strftime("%Y%m%dt%H%M%S", time.gmtime())
+    return f"{prefix}-{stamp}-{secrets.token_hex(4)}"
+
+
+def key_digest(idempotency_key: str) -> str:
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()
+
+
+def keyed_id(idempotency_key: str, attempt: int) -> str:
+    """Deterministic id of attempt ``attempt`` of an idempotency key.
+
+    Deterministic ids make create-only ``handle.json`` the lock that lets exactly one
+    of many concurrent submitters win a given attempt.
+    """
+    return f"k{key_digest(idempotency_key)[:24]}-{attempt}"

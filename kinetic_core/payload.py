@@ -1,0 +1,264 @@
+"""Call and result envelopes: a cloudpickle body followed by a verifiable header.
+
+Layout: ``body | header-json | u64 header length | MAGIC``. The header sits at the end so
+the body can be streamed straight to storage (a 1 GiB argument is never held twice in
+memory). Readers check sha256 (always) and HMAC-SHA256 (when a signing key is set)
+BEFORE unpickling, because unpickling runs code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import pickle
+import platform
+import struct
+import threading
+from collections.abc import Iterable
+from typing import IO, Any
+
+import cloudpickle
+
+from kinetic_core.errors import PayloadIntegrityError, SerializationError
+from kinetic_core.storage import Storage
+
+FORMAT_VERSION = 1
+MAGIC = b"KNTCENV1"
+_TRAILER = struct.Struct(">Q")
+_CHUNK = 8 << 20
+_by_value_lock = threading.Lock()
+
+
+def python_version() -> str:
+    return ".".join(platform.python_version_tuple()[:2])
+
+
+class _HashingWriter:
+    """File-like that hashes what pickle writes on its way to the real file."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh = fh
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return self.fh.write(data)
+
+
+def _signed_fields(header: dict[str, Any]) -> bytes:
+    keys = ("format", "kind", "job_id", "sha256", "body_len", "success")
+    return json.dumps({k: header.get(k) for k in keys}, sort_keys=True).encode()
+
+
+def _mac(signing_key: str, header: dict[str, Any]) -> str:
+    return hmac.new(signing_key.encode(), _signed_fields(header), hashlib.sha256).hexdigest()
+
+
+def dump_envelope(
+    fh: IO[bytes],
+    obj: Any,
+    *,
+    kind: str,
+    job_id: str,
+    signing_key: str | None,
+    success: bool | None = None,
+    by_value: Iterable[str] = (),
+) -> dict[str, Any]:
+    """Stream ``obj`` as an envelope into ``fh``; return the header written.
+
+    Raises SerializationError naming what could not be pickled.
+    """
+    writer = _HashingWriter(fh)
+    modules = list(by_value)
+    with _by_value_lock:  # cloudpickle's by-value registry is process-global
+        registered = [m for m in modules if _register_by_value(m)]
+        try:
+            cloudpickle.Pickler(writer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+        except Exception as exc:
+            raise SerializationError(
+                f"Cannot serialize the {kind} for job {job_id}: {type(exc).__name__}: {exc}. "
+                "Functions and arguments must be picklable by cloudpickle: do not capture "
+                "locks, sockets, open files or clients; create them inside the function."
+            ) from exc
+        finally:
+            for module in registered:
+                cloudpickle.unregister_pickle_by_value(module)
+    header: dict[str, Any] = {
+        "format": FORMAT_VERSION,
+        "kind": kind,
+        "job_id": job_id,
+        "sha256": writer.sha.hexdigest(),
+        "body_len": writer.size,
+        "success": success,
+        "python": python_version(),
+        "cloudpickle": cloudpickle.__version__,
+        "hmac": None,
+    }
+    if signing_key:
+        header["hmac"] = _mac(signing_key, header)
+    raw = json.dumps(header).encode()
+    fh.write(raw + _TRAILER.pack(len(raw)) + MAGIC)
+    return header
+
+
+def _register_by_value(module_name: str) -> bool:
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SerializationError(
+            f"pickle_by_value names {module_name!r}, which cannot be imported here: {exc}"
+        ) from exc
+    try:
+        cloudpickle.register_pickle_by_value(module)
+    except ValueError:  # already registered by the caller
+        return False
+    return True
+
+
+def read_header(fh: IO[bytes], *, where: str) -> dict[str, Any]:
+    """Parse and sanity-check the header at the end of an envelope file."""
+    fh.seek(0, 2)
+    size = fh.tell()
+    tail = len(MAGIC) + _TRAILER.size
+    if size < tail:
+        raise PayloadIntegrityError(f"{where} is truncated ({size} bytes): not a kinetic envelope.")
+    fh.seek(size - tail)
+    raw_len, magic = fh.read(_TRAILER.size), fh.read(len(MAGIC))
+    if magic != MAGIC:
+        raise PayloadIntegrityError(f"{where} is corrupt or not a kinetic envelope (bad trailer).")
+    (header_len,) = _TRAILER.unpack(raw_len)
+    if header_len > size - tail:
+        raise PayloadIntegrityError(f"{where} is corrupt (header length {header_len}).")
+    fh.seek(size - tail - header_len)
+    try:
+        header: dict[str, Any] = json.loads(fh.read(header_len))
+    except ValueError as exc:
+        raise PayloadIntegrityError(f"{where} has an unreadable header: {exc}") from None
+    if header.get("format") != FORMAT_VERSION:
+        raise PayloadIntegrityError(
+            f"{where} uses envelope format {header.get('format')!r}; this kinetic-workflows "
+            f"reads format {FORMAT_VERSION}. Use the same kinetic-workflows version on both sides."
+        )
+    if header.get("body_len", -1) + header_len + tail != size:
+        raise PayloadIntegrityError(f"{where} is corrupt (size does not match its header).")
+    return header
+
+
+def verify(fh: IO[bytes], header: dict[str, Any], *, where: str, signing_key: str | None) -> None:
+    """Check the signature (first: cheap) and the body checksum; raise on any mismatch."""
+    if signing_key:
+        if not header.get("hmac"):
+            raise PayloadIntegrityError(
+                f"{where} is unsigned but a signing key is configured: refusing to load it. "
+                "Resubmit the job with the same KINETIC_SIGNING_KEY set on the submitting side."
+            )
+        if not hmac.compare_digest(header["hmac"], _mac(signing_key, header)):
+            raise PayloadIntegrityError(
+                f"{where} has an invalid signature: it was forged, tampered with, or signed with "
+                "another key. Check that both sides use the same KINETIC_SIGNING_KEY."
+            )
+    elif header.get("hmac"):
+        raise PayloadIntegrityError(
+            f"{where} is signed, but no signing key is configured here: set KINETIC_SIGNING_KEY "
+            "(or the connection/block's signing key) to the key the job was submitted with."
+        )
+    sha = hashlib.sha256()
+    fh.seek(0)
+    remaining = header["body_len"]
+    while remaining:
+        chunk = fh.read(min(_CHUNK, remaining))
+        if not chunk:
+            break
+        sha.update(chunk)
+        remaining -= len(chunk)
+    if remaining or not hmac.compare_digest(sha.hexdigest(), header["sha256"]):
+        raise PayloadIntegrityError(f"{where} failed its sha256 check: it is corrupt or was modified.")
+
+
+def skew_note(header: dict[str, Any]) -> str:
+    """Explain version skew between the writer and this process, or ''."""
+    notes = []
+    if header.get("python") != python_version():
+        notes.append(f"Python {header.get('python')} wrote it, this is Python {python_version()}")
+    if header.get("cloudpickle") != cloudpickle.__version__:
+        notes.append(
+            f"cloudpickle {header.get('cloudpickle')} wrote it, this has {cloudpickle.__version__}"
+        )
+    if not notes:
+        return ""
+    return (
+        "Version skew: " + "; ".join(notes) + ". Run the job in an image with the same Python "
+        "minor version and cloudpickle version as the submitter."
+    )
+
+
+def load_envelope(
+    storage: Storage, key: str, *, kind: str, job_id: str, signing_key: str | None
+) -> tuple[dict[str, Any], Any]:
+    """Verify then unpickle an envelope. Raises PayloadIntegrityError before unpickling."""
+    where = storage.location(key)
+    with storage.open_read(key) as fh:
+        header = read_header(fh, where=where)
+        if header.get("kind") != kind or header.get("job_id") != job_id:
+            raise PayloadIntegrityError(
+                f"{where} holds a {header.get('kind')} envelope for job {header.get('job_id')!r}, "
+                f"expected a {kind} envelope for {job_id!r}: it was copied from another job."
+            )
+        verify(fh, header, where=where, signing_key=signing_key)
+        fh.seek(0)
+        return header, pickle.load(fh)
+
+
+def read_summary(storage: Storage, key: str) -> dict[str, Any]:
+    """The header alone (no unpickling): enough to tell success from failure."""
+    with storage.open_read(key) as fh:
+        return read_header(fh, where=storage.location(key))
+
+
+# ---- result bodies ------------------------------------------------------------------------
+
+
+def failure_body(exc: BaseException, *, phase: str, traceback_text: str) -> dict[str, Any]:
+    """A result body for a failure. The exception travels pickled when it can."""
+    try:
+        exc_pickle: bytes | None = cloudpickle.dumps(exc)
+        pickle.loads(exc_pickle)  # some exceptions pickle but cannot be rebuilt
+    except Exception:
+        exc_pickle = None
+    return {
+        "success": False,
+        "value": None,
+        "exc_pickle": exc_pickle,
+        "exc_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "exc_message": str(exc),
+        "traceback": traceback_text,
+        "phase": phase,
+    }
+
+
+def success_body(value: Any) -> dict[str, Any]:
+    return {"success": True, "value": value, "phase": "run"}
+
+
+def rebuild_exception(body: dict[str, Any], job_id: str) -> BaseException:
+    """The remote exception as its original type with the remote traceback as a note.
+
+    Falls back to RemoteError when the type cannot be unpickled or imported here.
+    """
+    from kinetic_core.errors import RemoteError
+
+    exc: BaseException | None = None
+    if body.get("exc_pickle"):
+        try:
+            exc = pickle.loads(body["exc_pickle"])
+        except Exception:
+            exc = None
+    if not isinstance(exc, BaseException):
+        return RemoteError(body["exc_type"], body["exc_message"], body.get("traceback", ""), body.get("phase", "run"))
+    exc.add_note(f"Remote traceback (kinetic job {job_id}, phase {body.get('phase')}):\n{body.get('traceback', '')}")
+    return exc

@@ -1,0 +1,164 @@
+"""Waiting, in exactly two places: the sync loop (``poll_ticks``) and the async shared poller.
+
+Both are adaptive: the first polls come fast (10 ms, growing 1.5x) so short jobs finish
+with low latency, then settle at the configured interval so long jobs cost little.
+The shared poller lives once per event loop; every waiter registers its handle and one
+``resolve_states`` call per tick covers them all (one bulk backend poll per scope), run
+in a worker thread so the event loop never blocks on a backend or storage call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kinetic_core.errors import WaitTimeout
+from kinetic_core.status import JobState, resolve_states
+
+FIRST_DELAY = 0.01
+GROWTH = 1.5
+DEFAULT_INTERVAL = 5.0
+
+
+def interval_of(ref: Any) -> float:
+    return float(ref.target.get("poll_interval") or DEFAULT_INTERVAL)
+
+
+def delays(interval: float, first: float = FIRST_DELAY) -> Iterator[float]:
+    delay = min(first, interval)
+    while True:
+        yield delay
+        delay = min(delay * GROWTH, interval)
+
+
+def poll_ticks(
+    *, interval: float, timeout: float | None, describe: Callable[[], str]
+) -> Iterator[None]:
+    """THE sync wait loop. Yields; the caller checks and ``break``s when done.
+
+    Between ticks it sleeps adaptively; past ``timeout`` it raises WaitTimeout using
+    ``describe()`` to say what was still unfinished.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for delay in delays(interval):
+        yield
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeout(f"Timed out after {timeout:g}s: {describe()}")
+            delay = min(delay, remaining)
+        time.sleep(delay)
+
+
+def timeout_message(states: list[JobState]) -> str:
+    running = [s for s in states if not s.terminal]
+    ids = ", ".join(f"{s.job_id} ({s.status.value})" for s in running[:5])
+    more = f" and {len(running) - 5} more" if len(running) > 5 else ""
+    return (
+        f"still waiting for {ids}{more}. The job keeps running and its handle stays valid: "
+        "wait again, or reattach later with kinetic_core.attach(job_id)."
+    )
+
+
+def wait_states(refs: list[Any], *, timeout: float | None = None) -> list[JobState]:
+    """Block until every job is terminal; return their states in order."""
+    latest: list[JobState] = []
+    interval = min((interval_of(r) for r in refs), default=DEFAULT_INTERVAL)
+    for _ in poll_ticks(interval=interval, timeout=timeout, describe=lambda: timeout_message(latest)):
+        pending = [i for i, s in enumerate(latest) if not s.terminal] if latest else list(range(len(refs)))
+        fresh = resolve_states([refs[i] for i in pending])
+        if not latest:
+            latest = fresh
+        else:
+            for i, state in zip(pending, fresh, strict=True):
+                latest[i] = state
+        if all(s.terminal for s in latest):
+            break
+    return latest
+
+
+# ---- async shared poller ---------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Waiter:
+    ref: Any
+    future: asyncio.Future[JobState]
+    delays: Iterator[float]
+    due: float = 0.0
+
+
+@dataclass
+class SharedPoller:
+    """One per event loop: all async waiters share one bulk status call per tick."""
+
+    waiters: list[_Waiter] = field(default_factory=list)
+    polls: int = 0  # resolve_states calls made: what the benchmarks and tests count
+    _task: asyncio.Task[None] | None = None
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def wait(self, ref: Any, timeout: float | None = None) -> JobState:
+        """Until the job is terminal. WaitTimeout after ``timeout``; the job keeps running."""
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(ref, loop.create_future(), delays(interval_of(ref)), loop.time())
+        self.waiters.append(waiter)
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run(), name="kinetic-shared-poller")
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
+        except TimeoutError:
+            raise WaitTimeout(
+                f"Timed out after {timeout:g}s waiting for job {ref.job_id}; it keeps running."
+            ) from None
+        finally:
+            if waiter in self.waiters:
+                self.waiters.remove(waiter)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self.waiters = [w for w in self.waiters if not w.future.done()]
+            if not self.waiters:
+                return
+            next_due = min(w.due for w in self.waiters)
+            self._wake.clear()
+            if next_due > loop.time():
+                try:
+                    await asyncio.wait_for(self._wake.wait(), next_due - loop.time())
+                    continue  # a new waiter arrived: recompute when to poll
+                except TimeoutError:
+                    pass
+            batch = list(self.waiters)
+            self.polls += 1
+            try:
+                states = await asyncio.to_thread(resolve_states, [w.ref for w in batch])
+            except Exception as exc:  # persistent errors reach the waiters; backends retry transient ones
+                for w in batch:
+                    if not w.future.done():
+                        w.future.set_exception(exc)
+                continue
+            now = loop.time()
+            for w, state in zip(batch, states, strict=True):
+                if w.future.done():
+                    continue
+                if state.terminal:
+                    w.future.set_result(state)
+                else:
+                    w.due = now + next(w.delays)
+
+
+_pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedPoller] = weakref.WeakKeyDictionary()
+
+
+def shared_poller() -> SharedPoller:
+    """The shared poller of the running event loop (created on first use)."""
+    loop = asyncio.get_running_loop()
+    poller = _pollers.get(loop)
+    if poller is None:
+        poller = _pollers[loop] = SharedPoller()
+    return poller

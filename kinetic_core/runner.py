@@ -1,0 +1,138 @@
+"""``python -m kinetic_core.runner --storage URI --job-id ID``: what runs inside a job.
+
+Downloads and verifies the call envelope, runs the function, writes the result envelope
+create-only and records start/finish. Exit 0 on success, 1 on a failure of the function or
+of a setup phase (``load``, ``store``), 2 when even storage is unreachable. Imports stay
+small: this is on the critical path of every job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+from kinetic_core.ids import validate_id
+from kinetic_core.payload import (
+    dump_envelope,
+    failure_body,
+    load_envelope,
+    skew_note,
+    success_body,
+)
+from kinetic_core.storage import Storage, open_storage
+
+
+class PhaseError(Exception):
+    """A setup phase failed; the message explains what to do."""
+
+
+def output_dir(storage_uri: str, job_id: str) -> str:
+    """Default KINETIC_OUTPUT_DIR: a path for file:// storage, a gs:// URI otherwise."""
+    if storage_uri.startswith("file://"):
+        return os.path.join(storage_uri[len("file://") :], "outputs", job_id)
+    return f"{storage_uri}/outputs/{job_id}"
+
+
+def _record(storage: Storage, job_id: str, event: str, **fields: Any) -> None:
+    data = {"event": event, "at": time.time(), "host": socket.gethostname(), "pid": os.getpid(), **fields}
+    storage.write_bytes(f"jobs/{job_id}/{event}.json", json.dumps(data).encode())
+
+
+def _load_call(storage: Storage, job_id: str, signing_key: str | None) -> dict[str, Any]:
+    header: dict[str, Any] = {}
+    try:
+        header, call = load_envelope(
+            storage, f"jobs/{job_id}/payload.pkl", kind="call", job_id=job_id, signing_key=signing_key
+        )
+        return call  # type: ignore[no-any-return]
+    except ModuleNotFoundError as exc:
+        raise PhaseError(
+            f"The job's function needs module {exc.name!r}, which is not importable in the job's "
+            f"environment. Install it in the job image, or ship it with "
+            f"Target(pickle_by_value=[{(exc.name or '').split('.')[0]!r}]). {skew_note(header)}"
+        ) from exc
+    except (AttributeError, ImportError, TypeError) as exc:
+        raise PhaseError(
+            f"Cannot unpickle the job's function or arguments: {type(exc).__name__}: {exc}. "
+            f"{skew_note(header)}"
+        ) from exc
+
+
+def run_job(storage_uri: str, job_id: str) -> int:
+    validate_id(job_id)
+    storage = open_storage(storage_uri)
+    signing_key = os.environ.get("KINETIC_SIGNING_KEY") or None
+    _record(storage, job_id, "started")
+    phase = "load"
+    try:
+        call = _load_call(storage, job_id, signing_key)
+        os.environ.update(call.get("env") or {})
+        os.environ["KINETIC_JOB_ID"] = job_id
+        out = output_dir(storage_uri, job_id)
+        if storage_uri.startswith("file://"):
+            os.makedirs(out, mode=0o700, exist_ok=True)
+        os.environ.setdefault("KINETIC_OUTPUT_DIR", out)
+        phase = "run"
+        value = call["fn"](*call.get("args", ()), **call.get("kwargs", {}))
+        if inspect.isawaitable(value):
+            value = asyncio.run(_await(value))
+        body = success_body(value)
+    except BaseException as exc:  # the job must always report, even on SystemExit
+        tb = traceback.format_exc()
+        print(tb, file=sys.stderr, flush=True)
+        body = failure_body(exc, phase=phase, traceback_text=tb)
+    _store(storage, job_id, body, signing_key)
+    return 0 if body["success"] else 1
+
+
+async def _await(value: Any) -> Any:
+    return await value
+
+
+def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str | None) -> None:
+    key = f"jobs/{job_id}/result.pkl"
+
+    def write(b: dict[str, Any]) -> None:
+        with storage.open_write(key, create_only=True) as fh:
+            dump_envelope(fh, b, kind="result", job_id=job_id, signing_key=signing_key, success=b["success"])
+
+    try:
+        write(body)
+    except FileExistsError:
+        print(f"kinetic: result for {job_id} already exists; keeping the first one", file=sys.stderr)
+        return
+    except Exception as exc:  # the value could not be pickled: report that instead
+        body = failure_body(exc, phase="store", traceback_text=traceback.format_exc())
+        print(body["traceback"], file=sys.stderr, flush=True)
+        write(body)
+    summary = {"success": body["success"], "phase": body["phase"]}
+    if not body["success"]:
+        summary["error"] = f"{body['exc_type'].rsplit('.', 1)[-1]}: {body['exc_message']}"[:500]
+    _record(storage, job_id, "finished", **summary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kinetic_core.runner")
+    parser.add_argument("--storage", required=True)
+    parser.add_argument("--job-id", required=True)
+    args = parser.parse_args(argv)
+    for entry in reversed(json.loads(os.environ.get("KINETIC_SYS_PATH", "[]"))):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    try:
+        return run_job(args.storage, args.job_id)
+    except Exception as exc:
+        print(f"kinetic runner: cannot run job {args.job_id}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

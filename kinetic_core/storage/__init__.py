@@ -1,0 +1,69 @@
+"""Storage: where handles, envelopes, events and batch records live.
+
+Keys are ``/``-separated paths relative to the storage root (see DESIGN §4 for the
+layout). Storage knows nothing about backends or payload contents.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import AbstractContextManager
+from typing import BinaryIO, Protocol, runtime_checkable
+
+from kinetic_core.errors import ConfigError
+
+
+@runtime_checkable
+class Storage(Protocol):
+    uri: str
+
+    def read_bytes(self, key: str) -> bytes:
+        """Whole object; raises FileNotFoundError when absent."""
+
+    def write_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None:
+        """Atomic write. With ``create_only`` raise FileExistsError if the key exists."""
+
+    def open_read(self, key: str) -> AbstractContextManager[BinaryIO]:
+        """A seekable local file with the object's bytes (downloaded first if remote)."""
+
+    def open_write(self, key: str, *, create_only: bool = False) -> AbstractContextManager[BinaryIO]:
+        """A file to stream into; published atomically when the block exits cleanly."""
+
+    def exists(self, key: str) -> bool: ...
+
+    def list_names(self, prefix: str) -> list[str]:
+        """Immediate child names (files and folders) under ``prefix``; [] when absent."""
+
+    def delete(self, key: str) -> None:
+        """Remove one object; absent is fine."""
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove everything under ``prefix``; absent is fine."""
+
+    def location(self, key: str) -> str:
+        """A URI for humans and links (file://... or gs://...)."""
+
+
+_cache: dict[str, Storage] = {}
+_lock = threading.Lock()
+
+
+def open_storage(uri: str) -> Storage:
+    """The Storage for a (normalized) URI, cached per process.
+
+    ``google.cloud`` is imported only for ``gs://`` URIs: the runner must start fast.
+    """
+    with _lock:
+        if uri not in _cache:
+            if uri.startswith("file://"):
+                from kinetic_core.storage.local import LocalStorage
+
+                _cache[uri] = LocalStorage(uri)
+            elif uri.startswith("gs://"):
+                from kinetic_core.storage.gcs import GCSStorage
+
+                _cache[uri] = GCSStorage(uri)
+            else:
+                raise ConfigError(f"Unsupported storage URI {uri!r}: use file:// or gs://.")
+        return _cache[uri]
+

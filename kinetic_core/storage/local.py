@@ -1,0 +1,91 @@
+"""file:// storage: atomic renames, create-only via link(2), directories mode 0700."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from kinetic_core.errors import StorageError
+
+
+class LocalStorage:
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.root = Path(uri[len("file://") :])
+
+    def path(self, key: str) -> Path:
+        return self.root / key
+
+    def location(self, key: str) -> str:
+        return f"file://{self.path(key)}"
+
+    def _ensure_dir(self, directory: Path) -> None:
+        """Create ``directory`` and any missing parents with mode 0700."""
+        missing = []
+        while not directory.exists():
+            missing.append(directory)
+            directory = directory.parent
+        try:
+            for d in reversed(missing):
+                d.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(
+                f"Storage root {self.uri} is not writable ({exc.strerror}: {exc.filename}). "
+                "Fix its permissions or point KINETIC_STORAGE / storage= at a writable directory."
+            ) from exc
+
+    def read_bytes(self, key: str) -> bytes:
+        return self.path(key).read_bytes()
+
+    def write_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None:
+        with self.open_write(key, create_only=create_only) as fh:
+            fh.write(data)
+
+    @contextmanager
+    def open_read(self, key: str) -> Iterator[BinaryIO]:
+        with open(self.path(key), "rb") as fh:
+            yield fh
+
+    @contextmanager
+    def open_write(self, key: str, *, create_only: bool = False) -> Iterator[BinaryIO]:
+        target = self.path(key)
+        if create_only and target.exists():  # fail fast; link() below is the real guard
+            raise FileExistsError(str(target))
+        # Stage under tmp/ (same filesystem) so a failed write leaves nothing beside ``key``.
+        staging = self.root / "tmp"
+        self._ensure_dir(staging)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f"{target.name}.", suffix=".tmp", dir=staging)
+        except OSError as exc:
+            raise StorageError(f"Cannot write {self.location(key)}: {exc}") from exc
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                yield fh
+            self._ensure_dir(target.parent)
+            if create_only:
+                os.link(tmp, target)  # atomic, fails with FileExistsError if someone won
+            else:
+                os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def exists(self, key: str) -> bool:
+        return self.path(key).exists()
+
+    def list_names(self, prefix: str) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.path(prefix)) if not n.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def delete(self, key: str) -> None:
+        self.path(key).unlink(missing_ok=True)
+
+    def delete_prefix(self, prefix: str) -> None:
+        shutil.rmtree(self.path(prefix), ignore_errors=True)

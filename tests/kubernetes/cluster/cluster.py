@@ -1,0 +1,477 @@
+"""A real Kubernetes 1.20 control plane on 127.0.0.1 for the test suite.
+
+Why: kind/k3s/docker are not available where the suite runs, but the Kubernetes backend must
+be tested against real API semantics (validation, the Job controller, scheduling, garbage
+collection, pod logs, audit). `TestCluster` starts etcd, kube-apiserver,
+kube-controller-manager and kube-scheduler built by ``build.sh``, plus ``node_agent.py`` which
+plays the kubelet for four fake nodes and runs pods as local processes.
+
+Security setup (all throw-away, generated per start): one CA signs the API server's serving
+cert, its kubelet client cert and the agent's kubelet serving cert; the API server verifies the
+kubelet with ``--kubelet-certificate-authority`` (no TLS verification is skipped anywhere).
+Clients authenticate with a static bearer token (``--token-auth-file``) of a user in
+``system:masters``; authorization is RBAC.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from . import pki
+
+K8S_VERSION = "v1.20.2"
+HERE = Path(__file__).resolve().parent
+BUILD_SCRIPT = HERE / "build.sh"
+# build.sh caches into $KINETIC_TEST_CLUSTER_CACHE/<version>/bin (same default as here).
+CACHE_ROOT = Path(
+    os.environ.get("KINETIC_TEST_CLUSTER_CACHE", Path.home() / ".cache" / "kinetic-test-cluster")
+)
+BIN_DIR = CACHE_ROOT / K8S_VERSION / "bin"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+NODE_NAMES = ("node-cpu", "node-gpu", "node-tpu", "node-spot")
+CONTEXT = "kinetic-test"
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+"""
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be built or started; the message says which part and why."""
+
+
+def binaries_present() -> bool:
+    """True when build.sh's cache holds every binary the cluster needs."""
+    return all(os.access(BIN_DIR / b, os.X_OK) for b in BINARIES)
+
+
+def ensure_built(timeout: float = 3600) -> None:
+    """Run build.sh when binaries are missing; raise ClusterError with its output on failure."""
+    if binaries_present():
+        return
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["bash", str(BUILD_SCRIPT)],
+        env={**os.environ, "KINETIC_TEST_CLUSTER_CACHE": str(CACHE_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0 or not binaries_present():
+        output = (proc.stdout + proc.stderr)[-4000:]
+        raise ClusterError(f"{BUILD_SCRIPT} failed (exit {proc.returncode}):\n{output}")
+    print(f"test cluster binaries built in {time.monotonic() - started:.0f}s", file=sys.stderr)
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (the kernel's choice)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"<no log: {exc}>"
+
+
+class TestCluster:
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + node agent.
+
+    Use as a context manager or call `start()`/`stop()`. After `start()`:
+    `kubeconfig_path`, `server`, `token`, `ca_path`, `audit_log_path`, `start_seconds`.
+    Set KINETIC_TEST_CLUSTER_KEEP=1 to keep the temp dir (logs, audit log) after `stop()`.
+    """
+
+    __test__ = False  # not a pytest test class despite the name
+
+    def __init__(self, start_timeout: float = 180) -> None:
+        self.start_timeout = start_timeout
+        self.token = "kinetic-admin-" + os.urandom(12).hex()
+        self.dir: Path | None = None
+        self.kubeconfig_path: Path | None = None
+        self.server = ""
+        self.ca_path: Path | None = None
+        self.audit_log_path: Path | None = None
+        self.start_seconds = 0.0
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._ssl: ssl.SSLContext | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> TestCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start every component and wait until the cluster can run pods."""
+        if not binaries_present():
+            raise ClusterError(f"binaries missing in {BIN_DIR}; run {BUILD_SCRIPT}")
+        began = time.monotonic()
+        self.dir = Path(tempfile.mkdtemp(prefix="kinetic-k8s-"))
+        atexit.register(self.stop)
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - began
+
+    def _start(self) -> None:
+        assert self.dir is not None
+        d = self.dir
+        (d / "logs").mkdir()
+        pki_dir = d / "pki"
+        pki_dir.mkdir()
+        ca = pki.CertAuthority(pki_dir)
+        self.ca_path = ca.cert_path
+        serving = ca.issue("apiserver", "kube-apiserver", server=True)
+        kubelet_client = ca.issue(
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            server=False,
+            organizations=("system:masters",),
+        )
+        kubelet_serving = ca.issue("kubelet", "kinetic-node-agent", server=True)
+        sa = pki.service_account_keys(pki_dir)
+        self._ssl = ssl.create_default_context(cafile=str(ca.cert_path))
+
+        # etcd on tmpfs when available: fsync-heavy, and nothing here needs to survive.
+        shm = Path("/dev/shm")
+        etcd_dir = Path(tempfile.mkdtemp(prefix="etcd-", dir=shm if shm.is_dir() else d))
+        (d / "etcd-dir").write_text(str(etcd_dir))
+        etcd_port, peer_port = free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        self._spawn(
+            "etcd",
+            [
+                str(BIN_DIR / "etcd"),
+                "--name=kinetic",
+                f"--data-dir={etcd_dir}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=kinetic=http://127.0.0.1:{peer_port}",
+                "--log-level=warn",
+            ],
+        )
+        self._wait("etcd", lambda: self._http_ok(f"{etcd_url}/health"), 30)
+
+        api_port = free_port()
+        self.server = f"https://127.0.0.1:{api_port}"
+        tokens = d / "tokens.csv"
+        tokens.write_text(f'{self.token},kinetic-admin,kinetic-admin,"system:masters"\n')
+        tokens.chmod(0o600)
+        policy = d / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        self.audit_log_path = d / "audit.log"
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(BIN_DIR / "kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                "--insecure-port=0",
+                f"--cert-dir={d / 'apiserver-certs'}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={ca.cert_path}",
+                # Only to stop the controller-manager/scheduler delegated authn from logging
+                # errors about a missing request-header CA; nothing uses a front proxy.
+                f"--requestheader-client-ca-file={ca.cert_path}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                # The `kubernetes` Service cannot have a loopback endpoint; nothing needs it.
+                "--endpoint-reconciler-type=none",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=RBAC",
+                f"--service-account-key-file={sa.cert}",
+                f"--service-account-signing-key-file={sa.key}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log_path}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+                f"--kubelet-certificate-authority={ca.cert_path}",
+                f"--kubelet-client-certificate={kubelet_client.cert}",
+                f"--kubelet-client-key={kubelet_client.key}",
+                "--kubelet-preferred-address-types=InternalIP",
+                "--feature-gates=TTLAfterFinished=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        self._wait("kube-apiserver", lambda: self._http_ok(f"{self.server}/readyz"), 90)
+        self.kubeconfig_path = self._write_kubeconfig(d / "kubeconfig")
+
+        kubeconfig = str(self.kubeconfig_path)
+        common = [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--port=0",
+            "--profiling=false",
+            "--v=1",
+        ]
+        cm_port, sched_port = free_port(), free_port()
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(BIN_DIR / "kube-controller-manager"),
+                *common,
+                f"--secure-port={cm_port}",
+                f"--cert-dir={d / 'cm-certs'}",
+                "--controllers=*",
+                "--feature-gates=TTLAfterFinished=true",
+                f"--service-account-private-key-file={sa.key}",
+                f"--root-ca-file={ca.cert_path}",
+                "--use-service-account-credentials=false",
+                "--allocate-node-cidrs=false",
+            ],
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(BIN_DIR / "kube-scheduler"),
+                *common,
+                f"--secure-port={sched_port}",
+                f"--cert-dir={d / 'sched-certs'}",
+            ],
+        )
+        self._spawn(
+            "node-agent",
+            [
+                sys.executable,
+                str(HERE / "node_agent.py"),
+                f"--kubeconfig={kubeconfig}",
+                f"--state-dir={d / 'agent'}",
+                f"--port={free_port()}",
+                f"--tls-cert={kubelet_serving.cert}",
+                f"--tls-key={kubelet_serving.key}",
+            ],
+        )
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # their self-signed /healthz certs; probe only
+        self._wait(
+            "kube-scheduler",
+            lambda: self._http_ok(f"https://127.0.0.1:{sched_port}/healthz", insecure),
+            60,
+        )
+        self._wait(
+            "kube-controller-manager",
+            lambda: self._http_ok(f"https://127.0.0.1:{cm_port}/healthz", insecure),
+            60,
+        )
+        self._wait("node-agent", self._nodes_ready, 60, what="all nodes Ready")
+        # Pods are rejected by the ServiceAccount admission plugin until the default
+        # ServiceAccount exists and the token controller has given it a token secret.
+        self._wait(
+            "kube-controller-manager",
+            self._default_service_account_ready,
+            60,
+            what="the default ServiceAccount with its token",
+        )
+
+    def stop(self) -> None:
+        """Stop every process started (agent first, so it kills its pods) and clean up."""
+        for name in reversed(list(self._procs)):
+            self._terminate(name, self._procs[name])
+        self._procs.clear()
+        if self.dir is None:
+            return
+        # Pod process groups the agent could not kill (e.g. it was SIGKILLed).
+        pid_dir = self.dir / "agent" / "pids"
+        if pid_dir.is_dir():
+            for pid_file in pid_dir.iterdir():
+                with contextlib.suppress(ValueError, OSError):
+                    os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        etcd_dir = self.dir / "etcd-dir"
+        if etcd_dir.exists():
+            shutil.rmtree(etcd_dir.read_text(), ignore_errors=True)
+        if os.environ.get("KINETIC_TEST_CLUSTER_KEEP") == "1":
+            print(f"test cluster files kept in {self.dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir = None
+
+    # ---- helpers for tests ----------------------------------------------------------------
+
+    def log_path(self, component: str) -> Path:
+        """The stdout+stderr log of one component (etcd, kube-apiserver, ..., node-agent)."""
+        assert self.dir is not None, "cluster not started"
+        return self.dir / "logs" / f"{component}.log"
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """Every audit event so far (ResponseComplete/ResponseStarted/Panic stages)."""
+        assert self.audit_log_path is not None, "cluster not started"
+        if not self.audit_log_path.exists():
+            return []
+        events = []
+        for line in self.audit_log_path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                events.append(json.loads(line))
+        return events
+
+    def count_requests(
+        self,
+        verb: str,
+        resource: str,
+        user_agent: str | None = None,
+        stage: str = "ResponseComplete",
+    ) -> int:
+        """How many completed requests with this verb/resource (and user agent) were audited."""
+        return sum(
+            1
+            for e in self.audit_events()
+            if e.get("verb") == verb
+            and e.get("stage") == stage
+            and (e.get("objectRef") or {}).get("resource") == resource
+            and (user_agent is None or e.get("userAgent") == user_agent)
+        )
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        assert self.dir is not None
+        log = (self.dir / "logs" / f"{name}.log").open("ab")
+        self._procs[name] = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group: stop() can kill it whole
+            cwd=os.getcwd(),
+        )
+        log.close()
+
+    def _terminate(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=15)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+    def _wait(
+        self, component: str, ready: Callable[[], bool], timeout: float, what: str = "ready"
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self._procs.items():
+                if proc.poll() is not None:
+                    raise ClusterError(
+                        f"{name} exited with {proc.returncode} while waiting for "
+                        f"{component} ({what}); last log lines:\n{_tail(self.log_path(name))}"
+                    )
+            if ready():
+                return
+            time.sleep(0.2)
+        raise ClusterError(
+            f"{component} not {what} after {timeout:.0f}s; last log lines:\n"
+            f"{_tail(self.log_path(component))}"
+        )
+
+    def _http_ok(self, url: str, context: ssl.SSLContext | None = None) -> bool:
+        headers = {"Authorization": f"Bearer {self.token}"} if url.startswith(self.server) else {}
+        req = urllib.request.Request(url, headers=headers)
+        ctx = context or (self._ssl if url.startswith("https") else None)
+        try:
+            with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _api_get(self, path: str) -> dict[str, Any] | None:
+        req = urllib.request.Request(
+            self.server + path, headers={"Authorization": f"Bearer {self.token}"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5, context=self._ssl) as resp:
+                return dict(json.loads(resp.read()))
+        except (urllib.error.URLError, OSError, json.JSONDecodeError):
+            return None
+
+    def _default_service_account_ready(self) -> bool:
+        sa = self._api_get("/api/v1/namespaces/default/serviceaccounts/default")
+        return bool(sa and sa.get("secrets"))
+
+    def _nodes_ready(self) -> bool:
+        nodes = self._api_get("/api/v1/nodes")
+        if nodes is None:
+            return False
+        ready = {
+            n["metadata"]["name"]
+            for n in nodes["items"]
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in n.get("status", {}).get("conditions", [])
+            )
+            # the node lifecycle controller lifts this taint once it has seen the node Ready
+            and not any(
+                t["key"] == "node.kubernetes.io/not-ready"
+                for t in n.get("spec", {}).get("taints", [])
+            )
+        }
+        return ready >= set(NODE_NAMES)
+
+    def _write_kubeconfig(self, path: Path) -> Path:
+        assert self.ca_path is not None
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": CONTEXT,
+                    "cluster": {"server": self.server, "certificate-authority": str(self.ca_path)},
+                }
+            ],
+            "users": [{"name": CONTEXT, "user": {"token": self.token}}],
+            "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT}}],
+            "current-context": CONTEXT,
+        }
+        path.write_text(json.dumps(kubeconfig, indent=2))  # JSON is valid YAML
+        path.chmod(0o600)
+        return path

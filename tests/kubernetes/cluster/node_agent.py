@@ -1,0 +1,767 @@
+"""A test "kubelet": registers fake nodes and runs their pods as local processes.
+
+Why: the test cluster's control plane (apiserver, scheduler, controller-manager) is real, but
+there is no container runtime on the machines the suite runs on. This agent plays the
+kubelet's part of the contract with the API server closely enough for batch/v1 Jobs:
+
+* registers Nodes (labels, taints, capacity) and keeps them Ready (node status heartbeat plus a
+  Lease in kube-node-lease, which is what 1.20's node lifecycle controller watches);
+* runs each pod bound to one of its nodes as a subprocess of the first container's
+  command + args (the image is ignored, ``python``/``python3`` become ``sys.executable``) and
+  reports Pending -> Running -> Succeeded/Failed through the pod status API, so the real Job
+  controller completes or fails the Job;
+* honours graceful deletion (SIGTERM to the process group, SIGKILL after the grace period, then
+  the final delete with gracePeriodSeconds=0);
+* serves ``/containerLogs/{ns}/{pod}/{container}`` over HTTPS, so ``read_namespaced_pod_log``
+  works through the API server (follow, tailLines, timestamps, sinceSeconds, limitBytes).
+
+API access is plain REST over urllib3 (kubeconfig loaded with the kubernetes client): the
+generated client's PATCH defaults to JSON-patch and its typed models would reformat the
+timestamps a real kubelet sends, so raw JSON bodies keep this agent predictable.
+Every pod's process runs in its own process group, whose id is also written to
+``<state-dir>/pids/<pod-uid>`` so the cluster can kill leftovers if this agent itself dies.
+Run: ``python node_agent.py --kubeconfig K --state-dir D --port P [--tls-cert C --tls-key K]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import re
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+import urllib3
+from kubernetes import client, config
+
+log = logging.getLogger("node-agent")
+
+HEARTBEAT_SECONDS = 10
+LEASE_SECONDS = 40
+NODE_IP = "127.0.0.1"
+_PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
+_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What one fake node advertises."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    extra_capacity: dict[str, str] = field(default_factory=dict)
+    taints: list[dict[str, str]] = field(default_factory=list)
+
+
+DEFAULT_NODES: tuple[NodeSpec, ...] = (
+    NodeSpec("node-cpu"),
+    NodeSpec(
+        "node-gpu",
+        labels={"cloud.google.com/gke-accelerator": "nvidia-l4"},
+        extra_capacity={"nvidia.com/gpu": "1"},
+    ),
+    NodeSpec(
+        "node-tpu",
+        labels={
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+            "cloud.google.com/gke-tpu-topology": "2x4",
+        },
+        extra_capacity={"google.com/tpu": "8"},
+    ),
+    NodeSpec(
+        "node-spot",
+        labels={"cloud.google.com/gke-spot": "true"},
+        taints=[{"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}],
+    ),
+)
+
+
+def now_rfc3339() -> str:
+    """Second-precision RFC 3339 (metav1.Time)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    """Microsecond RFC 3339 (metav1.MicroTime, used by Leases)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def now_nano() -> str:
+    """RFC 3339 with nanoseconds, as the kubelet prefixes log lines with timestamps=true."""
+    ns = time.time_ns()
+    base = dt.datetime.fromtimestamp(ns // 1_000_000_000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{ns % 1_000_000_000:09d}Z"
+
+
+def parse_ts(stamp: str) -> float:
+    """Inverse of `now_nano` (to the microsecond), for sinceSeconds/sinceTime filtering."""
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    base = dt.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC).timestamp()
+    return base + (float(f"0.{frac}") if frac else 0.0)
+
+
+class KubeError(Exception):
+    """A non-2xx answer from the API server."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body[:300]}")
+        self.status = status
+
+
+class Kube:
+    """Minimal JSON REST client for the API server named by a kubeconfig."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        self.host = cfg.host.rstrip("/")
+        self.headers = {
+            "Authorization": cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
+            or "",
+            "User-Agent": "kinetic-node-agent",
+            "Accept": "application/json",
+        }
+        self.http = urllib3.PoolManager(
+            maxsize=32, cert_reqs="CERT_REQUIRED", ca_certs=cfg.ssl_ca_cert
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        headers = dict(self.headers)
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        resp = self.http.request(
+            method, self.host + path, body=data, headers=headers, timeout=30.0, retries=False
+        )
+        if resp.status >= 300:
+            raise KubeError(resp.status, resp.data.decode(errors="replace"))
+        return json.loads(resp.data) if resp.data else {}
+
+    def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("PATCH", path, body, "application/strategic-merge-patch+json")
+
+    def watch(self, path: str, resource_version: str) -> Any:
+        """Yield watch events (dicts) until the server ends the watch."""
+        url = f"{self.host}{path}?watch=1&allowWatchBookmarks=true&timeoutSeconds=60"
+        url += f"&resourceVersion={resource_version}"
+        resp = self.http.request(
+            "GET",
+            url,
+            headers=self.headers,
+            preload_content=False,
+            timeout=urllib3.Timeout(connect=10.0, read=90.0),
+            retries=False,
+        )
+        try:
+            if resp.status >= 300:
+                raise KubeError(resp.status, resp.read().decode(errors="replace"))
+            buf = b""
+            for chunk in resp.stream(65536, decode_content=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            resp.release_conn()
+
+
+@dataclass
+class PodRun:
+    """A pod's local process and its log file."""
+
+    namespace: str
+    name: str
+    uid: str
+    container: str
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+    deleting: bool = False
+
+
+class Agent:
+    """Registers the nodes, watches their pods and runs them."""
+
+    def __init__(self, kube: Kube, nodes: tuple[NodeSpec, ...], state_dir: Path, port: int) -> None:
+        self.nodes = {n.name: n for n in nodes}
+        self.state_dir = state_dir
+        self.port = port
+        self.pid_dir = state_dir / "pids"
+        self.log_dir = state_dir / "logs"
+        self.pid_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.kube = kube
+        self.runs: dict[str, PodRun] = {}  # by pod uid
+        self.by_name: dict[tuple[str, str], PodRun] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+
+    # ---- nodes ----------------------------------------------------------------------------
+
+    def _node_status(self, spec: NodeSpec) -> dict[str, Any]:
+        capacity = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+        capacity.update(spec.extra_capacity)
+        now = now_rfc3339()
+
+        def cond(kind: str, status: str, reason: str) -> dict[str, str]:
+            return {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": reason,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+
+        return {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "conditions": [
+                cond("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                cond("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                cond("PIDPressure", "False", "KubeletHasSufficientPID"),
+                cond("Ready", "True", "KubeletReady"),
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": NODE_IP},
+                {"type": "Hostname", "address": spec.name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
+            "nodeInfo": {
+                "machineID": spec.name,
+                "systemUUID": spec.name,
+                "bootID": spec.name,
+                "kernelVersion": os.uname().release,
+                "osImage": "kinetic test node agent",
+                "containerRuntimeVersion": "local-process://1",
+                "kubeletVersion": "v1.20.2",
+                "kubeProxyVersion": "v1.20.2",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        }
+
+    def register_nodes(self) -> None:
+        """Create (or re-create) each Node, then set its status and Lease."""
+        for spec in self.nodes.values():
+            labels = {
+                "kubernetes.io/hostname": spec.name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                **spec.labels,
+            }
+            body = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": spec.name, "labels": labels},
+                "spec": {"taints": spec.taints} if spec.taints else {},
+            }
+            try:
+                self.kube.request("POST", "/api/v1/nodes", body)
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+                self.kube.patch(f"/api/v1/nodes/{spec.name}", {"metadata": {"labels": labels}})
+            self._patch_node_status(spec)
+            self._renew_lease(spec.name)
+            log.info("registered node %s", spec.name)
+
+    def _patch_node_status(self, spec: NodeSpec) -> None:
+        status = self._node_status(spec)
+        self.kube.patch(f"/api/v1/nodes/{spec.name}/status", {"status": status})
+
+    def _renew_lease(self, node: str) -> None:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": node, "namespace": "kube-node-lease"},
+            "spec": {
+                "holderIdentity": node,
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "renewTime": now_micro(),
+            },
+        }
+        path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+        try:
+            self.kube.patch(f"{path}/{node}", {"spec": body["spec"]})
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            self.kube.request("POST", path, body)
+
+    def heartbeat_loop(self) -> None:
+        """Keep every node's Ready condition and Lease fresh so nothing gets evicted."""
+        while not self.stopping.wait(HEARTBEAT_SECONDS):
+            for spec in self.nodes.values():
+                try:
+                    self._renew_lease(spec.name)
+                    self._patch_node_status(spec)
+                except Exception as exc:  # keep beating through transient errors
+                    log.warning("heartbeat for %s failed: %s", spec.name, exc)
+
+    # ---- pods -----------------------------------------------------------------------------
+
+    def watch_pods(self) -> None:
+        """List+watch all pods; react to the ones bound to our nodes."""
+        while not self.stopping.is_set():
+            try:
+                listing = self.kube.request("GET", "/api/v1/pods")
+                for pod in listing["items"]:
+                    self.handle(pod)
+                rv = listing["metadata"]["resourceVersion"]
+                while not self.stopping.is_set():
+                    for event in self.kube.watch("/api/v1/pods", rv):
+                        if event["type"] == "ERROR":
+                            raise KubeError(event["object"].get("code", 500), str(event))
+                        rv = event["object"]["metadata"]["resourceVersion"]
+                        if event["type"] in ("ADDED", "MODIFIED"):
+                            self.handle(event["object"])
+                        if self.stopping.is_set():
+                            return
+            except Exception as exc:
+                if not self.stopping.is_set():
+                    log.warning("pod watch re-listing after: %s", exc)
+                    time.sleep(0.5)
+
+    def handle(self, pod: dict[str, Any]) -> None:
+        """Start, stop or finalize one pod according to its current state."""
+        node = pod.get("spec", {}).get("nodeName")
+        if node not in self.nodes:
+            return
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        with self.lock:
+            run = self.runs.get(uid)
+            if meta.get("deletionTimestamp"):
+                if run is None:
+                    threading.Thread(target=self._finalize, args=(pod,), daemon=True).start()
+                elif not run.deleting:
+                    run.deleting = True
+                    grace = meta.get("deletionGracePeriodSeconds")
+                    threading.Thread(
+                        target=self._kill_and_finalize, args=(run, pod, grace), daemon=True
+                    ).start()
+                return
+            if run is not None or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                return
+            container = pod["spec"]["containers"][0]["name"]
+            log_path = self.log_dir / f"{meta['namespace']}_{meta['name']}_{uid}" / "log"
+            run = PodRun(meta["namespace"], meta["name"], uid, container, log_path)
+            self.runs[uid] = run
+            self.by_name[(run.namespace, run.name)] = run
+        threading.Thread(target=self._run_pod, args=(run, pod), daemon=True).start()
+
+    def _patch_status(self, run: PodRun, status: dict[str, Any]) -> None:
+        try:
+            path = f"/api/v1/namespaces/{run.namespace}/pods/{run.name}/status"
+            self.kube.patch(path, {"status": status})
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    def _conditions(self, ready: bool, reason: str = "") -> list[dict[str, Any]]:
+        now = now_rfc3339()
+        flag = "True" if ready else "False"
+        extra = {"reason": reason} if reason else {}
+        return [
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "Ready", "status": flag, "lastTransitionTime": now, **extra},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now, **extra},
+        ]
+
+    def _container_status(self, run: PodRun, pod: dict[str, Any], state: dict[str, Any]) -> dict:
+        return {
+            "name": run.container,
+            "image": pod["spec"]["containers"][0].get("image", ""),
+            "imageID": "",
+            "containerID": f"local://{run.proc.pid}" if run.proc else "",
+            "ready": "running" in state,
+            "started": "running" in state,
+            "restartCount": 0,
+            "state": state,
+        }
+
+    def _run_pod(self, run: PodRun, pod: dict[str, Any]) -> None:
+        """Spawn the container's command and report its life cycle."""
+        start = now_rfc3339()
+        waiting = {"waiting": {"reason": "ContainerCreating"}}
+        base = {"hostIP": NODE_IP, "startTime": start}
+        try:
+            self._patch_status(
+                run,
+                {
+                    **base,
+                    "phase": "Pending",
+                    "conditions": self._conditions(False, "ContainersNotReady"),
+                    "containerStatuses": [self._container_status(run, pod, waiting)],
+                },
+            )
+            argv, env, cwd = self._command(pod)
+        except Exception as exc:
+            log.warning("pod %s/%s cannot run: %s", run.namespace, run.name, exc)
+            run.log_path.parent.mkdir(parents=True, exist_ok=True)
+            run.log_path.write_text(f"{now_nano()} {exc}\n")
+            run.started_at = start
+            self._terminated(run, pod, 128, "ContainerCannotRun", str(exc))
+            return
+        run.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.lock:
+            if run.deleting or self.stopping.is_set():
+                run.done.set()
+                return
+            run.proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            (self.pid_dir / run.uid).write_text(str(run.proc.pid))
+        run.started_at = now_rfc3339()
+        log.info("pod %s/%s started pid %d: %s", run.namespace, run.name, run.proc.pid, argv)
+        pump = threading.Thread(target=self._pump, args=(run,), daemon=True)
+        pump.start()
+        self._patch_status(
+            run,
+            {
+                **base,
+                "phase": "Running",
+                "podIP": NODE_IP,
+                "podIPs": [{"ip": NODE_IP}],
+                "conditions": self._conditions(True),
+                "containerStatuses": [
+                    self._container_status(run, pod, {"running": {"startedAt": run.started_at}})
+                ],
+            },
+        )
+        code = run.proc.wait()
+        pump.join()
+        with contextlib.suppress(FileNotFoundError):
+            (self.pid_dir / run.uid).unlink()
+        code = 128 - code if code < 0 else code  # killed by signal N -> 128+N
+        log.info("pod %s/%s exited %d", run.namespace, run.name, code)
+        self._terminated(run, pod, code, "Completed" if code == 0 else "Error", "")
+
+    def _terminated(
+        self, run: PodRun, pod: dict[str, Any], code: int, reason: str, message: str
+    ) -> None:
+        state = {
+            "terminated": {
+                "exitCode": code,
+                "reason": reason,
+                "startedAt": run.started_at,
+                "finishedAt": now_rfc3339(),
+                **({"message": message} if message else {}),
+                **({"containerID": f"local://{run.proc.pid}"} if run.proc else {}),
+            }
+        }
+        try:
+            self._patch_status(
+                run,
+                {
+                    "phase": "Succeeded" if code == 0 else "Failed",
+                    "conditions": self._conditions(False, "PodCompleted"),
+                    "containerStatuses": [self._container_status(run, pod, state)],
+                },
+            )
+        finally:
+            run.done.set()
+
+    def _pump(self, run: PodRun) -> None:
+        """Copy the process output to the log file, each line prefixed with its timestamp."""
+        assert run.proc is not None and run.proc.stdout is not None
+        with run.log_path.open("ab", buffering=0) as out:
+            for line in iter(run.proc.stdout.readline, b""):
+                out.write(now_nano().encode() + b" " + line)
+
+    def _command(self, pod: dict[str, Any]) -> tuple[list[str], dict[str, str], str | None]:
+        container = pod["spec"]["containers"][0]
+        env = dict(os.environ)
+        for item in container.get("envFrom") or []:
+            env.update(self._env_from(pod["metadata"]["namespace"], item))
+        for item in container.get("env") or []:
+            env[item["name"]] = self._env_value(pod, item, env)
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        if not argv:
+            raise ValueError("container has no command/args (images are not run)")
+        argv = [_VAR_REF.sub(lambda m: _expand(m, env), a) for a in argv]
+        if _PYTHON.match(os.path.basename(argv[0])):
+            argv[0] = sys.executable
+        cwd = container.get("workingDir") or None
+        if cwd and not os.path.isdir(cwd):
+            raise ValueError(f"workingDir {cwd!r} does not exist on this machine")
+        return argv, env, cwd
+
+    def _env_from(self, namespace: str, item: dict[str, Any]) -> dict[str, str]:
+        prefix = item.get("prefix", "")
+        if "secretRef" in item:
+            secret = self._read(namespace, "secrets", item["secretRef"]["name"])
+            data = {k: base64.b64decode(v).decode() for k, v in secret.items()}
+        else:
+            data = self._read(namespace, "configmaps", item["configMapRef"]["name"])
+        return {prefix + k: v for k, v in data.items()}
+
+    def _env_value(self, pod: dict[str, Any], item: dict[str, Any], env: dict[str, str]) -> str:
+        if "value" in item or "valueFrom" not in item:
+            return _VAR_REF.sub(lambda m: _expand(m, env), item.get("value", ""))
+        ns = pod["metadata"]["namespace"]
+        source = item["valueFrom"]
+        if "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            return base64.b64decode(self._read(ns, "secrets", ref["name"])[ref["key"]]).decode()
+        if "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            return self._read(ns, "configmaps", ref["name"])[ref["key"]]
+        if "fieldRef" in source:
+            path = source["fieldRef"]["fieldPath"]
+            fields = {
+                "metadata.name": pod["metadata"]["name"],
+                "metadata.namespace": ns,
+                "metadata.uid": pod["metadata"]["uid"],
+                "spec.nodeName": pod["spec"]["nodeName"],
+                "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
+                "status.podIP": NODE_IP,
+                "status.hostIP": NODE_IP,
+            }
+            match = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+            if match:
+                return (pod["metadata"].get(match[1]) or {}).get(match[2], "")
+            return fields[path]
+        raise ValueError(f"unsupported env source for {item['name']}: {source}")
+
+    def _read(self, namespace: str, kind: str, name: str) -> dict[str, str]:
+        """The `data` of a Secret or ConfigMap."""
+        obj = self.kube.request("GET", f"/api/v1/namespaces/{namespace}/{kind}/{name}")
+        return dict(obj.get("data") or {})
+
+    def _kill_and_finalize(self, run: PodRun, pod: dict[str, Any], grace: int | None) -> None:
+        """Graceful deletion: SIGTERM, SIGKILL after the grace period, then the final delete."""
+        self._kill(run, 30 if grace is None else grace)
+        run.done.wait(10)
+        self._finalize(pod)
+
+    def _kill(self, run: PodRun, grace: float) -> None:
+        proc = run.proc
+        if proc is None or proc.poll() is not None:
+            return
+        log.info("pod %s/%s: SIGTERM pid %d", run.namespace, run.name, proc.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(grace, 0))
+        # The leader may be gone while children of its group live on: always sweep the group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def _finalize(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        options = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+        try:
+            path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+            self.kube.request("DELETE", path, options)
+            log.info("pod %s/%s finalized", meta["namespace"], meta["name"])
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                log.warning("final delete of %s failed: %s", meta["name"], exc)
+        with self.lock:
+            run = self.runs.pop(meta["uid"], None)
+            if run is not None and self.by_name.get((run.namespace, run.name)) is run:
+                del self.by_name[(run.namespace, run.name)]
+
+    def shutdown(self) -> None:
+        """Kill every pod process (process groups), so nothing outlives the agent."""
+        self.stopping.set()
+        # Bounded: a signal handler may interrupt a thread that holds the lock.
+        locked = self.lock.acquire(timeout=1)
+        runs = list(self.runs.values())
+        if locked:
+            self.lock.release()
+        threads = [threading.Thread(target=self._kill, args=(r, 2)) for r in runs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def _expand(match: re.Match[str], env: dict[str, str]) -> str:
+    """Kubernetes $(VAR) expansion: known vars expand, unknown stay literal, $$ -> $."""
+    if match[0] == "$$":
+        return "$"
+    return env.get(match[1], match[0])
+
+
+# ---- kubelet HTTPS endpoint: container logs ----------------------------------------------
+
+
+class LogHandler(BaseHTTPRequestHandler):
+    """Serves GET /containerLogs/{namespace}/{pod}/{container} like the kubelet."""
+
+    agent: Agent
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("kubelet http: " + format, *args)
+
+    def _error(self, code: int, message: str) -> None:
+        body = message.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        parts = [unquote(p) for p in url.path.strip("/").split("/")]
+        if parts in (["healthz"], ["pods"]):
+            return self._error(200, "ok")
+        if len(parts) != 4 or parts[0] != "containerLogs":
+            return self._error(404, f"not found: {url.path}")
+        _, namespace, pod, container = parts
+        run = self.agent.by_name.get((namespace, pod))
+        if run is None or run.container != container or not run.log_path.exists():
+            if run is not None and run.container != container:
+                return self._error(400, f"container {container} is not run by the test agent")
+            return self._error(400, f'container "{container}" in pod "{pod}" is waiting to start')
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            self._stream(run, query)
+
+    def _stream(self, run: PodRun, query: dict[str, str]) -> None:
+        follow = query.get("follow") == "true"
+        timestamps = query.get("timestamps") == "true"
+        tail = int(query["tailLines"]) if "tailLines" in query else None
+        limit = int(query["limitBytes"]) if "limitBytes" in query else None
+        since: float | None = None
+        if "sinceSeconds" in query:
+            since = time.time() - int(query["sinceSeconds"])
+        elif "sinceTime" in query:
+            since = dt.datetime.fromisoformat(query["sinceTime"].replace("Z", "+00:00")).timestamp()
+        sent = 0
+
+        def emit(lines: list[bytes]) -> bool:
+            nonlocal sent
+            for raw in lines:
+                stamp, _, text = raw.partition(b" ")
+                if since is not None and parse_ts(stamp.decode()) < since:
+                    continue
+                data = raw if timestamps else text
+                if limit is not None:
+                    data = data[: limit - sent]
+                self.wfile.write(data)
+                sent += len(data)
+                if limit is not None and sent >= limit:
+                    return False
+            self.wfile.flush()
+            return True
+
+        with run.log_path.open("rb") as src:
+            lines = src.readlines()
+            pending = b""
+            if lines and not lines[-1].endswith(b"\n"):
+                pending = lines.pop()  # a line still being written
+            if tail is not None:
+                lines = lines[-tail:] if tail > 0 else []
+            if not emit(lines) or not follow:
+                if not follow and pending:
+                    emit([pending])
+                return
+            while True:
+                chunk = src.readline()
+                if chunk:
+                    pending += chunk
+                    if pending.endswith(b"\n"):
+                        if not emit([pending]):
+                            return
+                        pending = b""
+                elif run.done.is_set():  # process gone and its output fully written
+                    if pending:
+                        emit([pending])
+                    return
+                else:
+                    time.sleep(0.05)
+
+
+def serve_logs(agent: Agent, port: int, cert: Path, key: Path) -> ThreadingHTTPServer:
+    """Start the kubelet HTTPS endpoint on 127.0.0.1:port in a daemon thread."""
+    LogHandler.agent = agent
+    server = ThreadingHTTPServer((NODE_IP, port), LogHandler)
+    server.daemon_threads = True
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True, name="kubelet-http").start()
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--state-dir", required=True, type=Path)
+    parser.add_argument("--port", required=True, type=int, help="kubelet HTTPS port")
+    parser.add_argument("--tls-cert", type=Path, help="serving cert (self-signed if omitted)")
+    parser.add_argument("--tls-key", type=Path)
+    parser.add_argument(
+        "--nodes-json", help="JSON list of {name, labels, extra_capacity, taints} (optional)"
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    nodes = DEFAULT_NODES
+    if args.nodes_json:
+        nodes = tuple(NodeSpec(**n) for n in json.loads(args.nodes_json))
+    cert, key = args.tls_cert, args.tls_key
+    if cert is None or key is None:
+        from pki import self_signed  # same directory; only needed without given certs
+
+        pair = self_signed(args.state_dir / "tls", "kubelet")
+        cert, key = pair.cert, pair.key
+    agent = Agent(Kube(args.kubeconfig), nodes, args.state_dir, args.port)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping, killing all pod processes", signum)
+        agent.shutdown()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    serve_logs(agent, args.port, cert, key)
+    agent.register_nodes()
+    threading.Thread(target=agent.heartbeat_loop, daemon=True, name="heartbeat").start()
+    print("node-agent ready", flush=True)
+    try:
+        agent.watch_pods()
+    finally:
+        agent.shutdown()
+
+
+if __name__ == "__main__":
+    main()
