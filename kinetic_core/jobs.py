@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.util
+import importlib.machinery
 import json
 import os
 import socket
@@ -133,15 +133,21 @@ class JobHandle:
     def logs(self, tail: int | None = None) -> str:
         return backend_for(self).logs(self.job_id, tail)
 
+    def read_logs(self, cursor: str | None = None) -> tuple[str, str | None]:
+        """Log text written after ``cursor`` (None: from the start) and the next cursor.
+
+        Bounded per call: for streaming logs incrementally (e.g. from a trigger).
+        """
+        return backend_for(self).read_logs(self.job_id, cursor)
+
     def follow_logs(self, timeout: float | None = None) -> Iterator[str]:
         """Yield log lines as they are written, until the job ends and its log is drained."""
-        backend = backend_for(self)
         cursor: str | None = None
         partial = ""
         finished = False
         for _ in poll_ticks(interval=min(interval_of(self), 1.0), timeout=timeout,
                             describe=lambda: f"job {self.job_id} is still running"):
-            chunk, cursor = backend.read_logs(self.job_id, cursor)
+            chunk, cursor = self.read_logs(cursor)
             lines = (partial + chunk).split("\n")
             partial = lines.pop()
             yield from lines
@@ -249,16 +255,24 @@ def _by_value_modules(fn: Any, target: Target) -> list[str]:
     modules = list(target.pickle_by_value or [])
     name = getattr(fn, "__module__", None)
     module = sys.modules.get(name or "")
-    if not name or name == "__main__" or module is None or name in modules:
-        return modules
+    if name and name != "__main__" and module is not None and name not in modules:
+        if not _importable_by_name(name, module):
+            modules.append(name)
+    return modules
+
+
+def _importable_by_name(name: str, module: Any) -> bool:
+    """Would ``import name`` on sys.path find this very module? (ignores sys.modules)."""
+    file = getattr(module, "__file__", None)
+    if file is None:
+        return True  # builtin or frozen: importable everywhere
+    parent, _, leaf = name.rpartition(".")
+    path = sys.path if not parent else getattr(sys.modules.get(parent), "__path__", None)
     try:
-        spec = importlib.util.find_spec(name)
+        spec = importlib.machinery.PathFinder.find_spec(leaf, path)
     except (ImportError, ValueError):
         spec = None
-    file = getattr(module, "__file__", None)
-    if spec is None or (file is not None and spec.origin != file):
-        modules.append(name)
-    return modules
+    return spec is not None and os.path.realpath(spec.origin or "") == os.path.realpath(file)
 
 
 def submit(
@@ -270,12 +284,15 @@ def submit(
     idempotency_key: str | None = None,
     name: str | None = None,
     tags: dict[str, str] | None = None,
+    reuse_succeeded: bool = False,
 ) -> JobHandle:
     """Submit ``fn(*args, **kwargs)`` as a detached job and return its handle at once.
 
     With ``idempotency_key``: if the key's latest attempt is in flight, or succeeded and
     was not collected, that job's handle is returned instead of a new job; concurrent
-    submitters with one key create exactly one job.
+    submitters with one key create exactly one job. ``reuse_succeeded=True`` also reuses
+    a succeeded attempt whose result was already collected (keep it with
+    ``result(cleanup=False)``), e.g. so a whole-pipeline retry does not rerun it.
     """
     args, kwargs = _check_call(fn, args, kwargs)
     resolved = Target.coerce(target).resolve()
@@ -293,7 +310,7 @@ def submit(
         return plan.create(new_id(job_name), attempt=1, key=None)
     if not isinstance(idempotency_key, str) or not idempotency_key:
         raise ConfigError("idempotency_key must be a non-empty string.")
-    return plan.submit_keyed(idempotency_key)
+    return plan.submit_keyed(idempotency_key, reuse_succeeded)
 
 
 @dataclass
@@ -371,7 +388,7 @@ class _Submission:
         return n
 
     @retry(retry=retry_if_exception_type(_Raced), stop=stop_after_attempt(8), reraise=True)
-    def submit_keyed(self, key: str) -> JobHandle:
+    def submit_keyed(self, key: str, reuse_succeeded: bool = False) -> JobHandle:
         latest = self.latest_attempt(key)
         if latest:
             try:
@@ -380,7 +397,8 @@ class _Submission:
                 raise _Raced(key) from None
             state = previous.state()
             reusable = not state.terminal or (
-                state.status is JobStatus.SUCCEEDED and state.message != "result collected"
+                state.status is JobStatus.SUCCEEDED
+                and (reuse_succeeded or state.message != "result collected")
             )
             if reusable:
                 return previous
@@ -460,6 +478,8 @@ class RemoteFunction(Generic[P, R]):
     def options(self, **overrides: Any) -> RemoteFunction[P, R]:
         """A copy with other job options (idempotency_key, name, tags) or Target fields."""
         job = {k: overrides.pop(k) for k in _JOB_OPTIONS if k in overrides}
+        if "tags" in job:  # tags add up; other options replace
+            job["tags"] = {**self.job_options.get("tags", {}), **validate_tags(job["tags"])}
         target = self.target.merge(Target.coerce(overrides.pop("target", None)))
         target = target.merge(Target.from_dict(overrides))
         return RemoteFunction(self.fn, target=target, options={**self.job_options, **job})

@@ -74,7 +74,7 @@ def dump_envelope(
     writer = _HashingWriter(fh)
     modules = list(by_value)
     with _by_value_lock:  # cloudpickle's by-value registry is process-global
-        registered = [m for m in modules if _register_by_value(m)]
+        registered = [m for m in map(_register_by_value, modules) if m is not None]
         try:
             cloudpickle.Pickler(writer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
         except Exception as exc:
@@ -104,7 +104,8 @@ def dump_envelope(
     return header
 
 
-def _register_by_value(module_name: str) -> bool:
+def _register_by_value(module_name: str) -> Any:
+    """Register a module for pickling by value; the module, or None if it already was."""
     import importlib
 
     try:
@@ -113,11 +114,10 @@ def _register_by_value(module_name: str) -> bool:
         raise SerializationError(
             f"pickle_by_value names {module_name!r}, which cannot be imported here: {exc}"
         ) from exc
-    try:
-        cloudpickle.register_pickle_by_value(module)
-    except ValueError:  # already registered by the caller
-        return False
-    return True
+    if module_name in cloudpickle.list_registry_pickle_by_value():
+        return None  # registered by the caller: theirs to unregister
+    cloudpickle.register_pickle_by_value(module)
+    return module
 
 
 def read_header(fh: IO[bytes], *, where: str) -> dict[str, Any]:

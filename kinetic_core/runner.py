@@ -24,6 +24,7 @@ from kinetic_core.payload import (
     dump_envelope,
     failure_body,
     load_envelope,
+    read_summary,
     skew_note,
     success_body,
 )
@@ -47,19 +48,19 @@ def _record(storage: Storage, job_id: str, event: str, **fields: Any) -> None:
 
 
 def _load_call(storage: Storage, job_id: str, signing_key: str | None) -> dict[str, Any]:
-    header: dict[str, Any] = {}
+    key = f"jobs/{job_id}/payload.pkl"
     try:
-        header, call = load_envelope(
-            storage, f"jobs/{job_id}/payload.pkl", kind="call", job_id=job_id, signing_key=signing_key
-        )
+        _, call = load_envelope(storage, key, kind="call", job_id=job_id, signing_key=signing_key)
         return call  # type: ignore[no-any-return]
     except ModuleNotFoundError as exc:
+        header = read_summary(storage, key)
         raise PhaseError(
             f"The job's function needs module {exc.name!r}, which is not importable in the job's "
             f"environment. Install it in the job image, or ship it with "
             f"Target(pickle_by_value=[{(exc.name or '').split('.')[0]!r}]). {skew_note(header)}"
         ) from exc
     except (AttributeError, ImportError, TypeError) as exc:
+        header = read_summary(storage, key)
         raise PhaseError(
             f"Cannot unpickle the job's function or arguments: {type(exc).__name__}: {exc}. "
             f"{skew_note(header)}"
@@ -113,7 +114,7 @@ def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str
         body = failure_body(exc, phase="store", traceback_text=traceback.format_exc())
         print(body["traceback"], file=sys.stderr, flush=True)
         write(body)
-    summary = {"success": body["success"], "phase": body["phase"]}
+    summary = {"success": body["success"], "phase": body["phase"], "exit_code": 0 if body["success"] else 1}
     if not body["success"]:
         summary["error"] = f"{body['exc_type'].rsplit('.', 1)[-1]}: {body['exc_message']}"[:500]
     _record(storage, job_id, "finished", **summary)

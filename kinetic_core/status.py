@@ -174,8 +174,9 @@ def _resolve_one(ref: JobRef, b: BackendState, backend: Backend, now: float, enf
         ev = ev or Evidence()
         started = (ev.started or {}).get("at") or b.started_at
         finished = (ev.finished or {}).get("at") or b.finished_at or (ev.stop or {}).get("at")
+        exit_code = b.exit_code if b.exit_code is not None else (ev.finished or {}).get("exit_code")
         return JobState(
-            job_id=ref.job_id, status=status, reason=reason, message=message, exit_code=b.exit_code,
+            job_id=ref.job_id, status=status, reason=reason, message=message, exit_code=exit_code,
             created_at=_dt(ref.created_at), started_at=_dt(started),
             finished_at=_dt(finished) if status.terminal else None, attempt=ref.attempt,
         )

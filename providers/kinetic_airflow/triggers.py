@@ -1,0 +1,203 @@
+"""Triggers: wait for kinetic jobs in the triggerer through the core's shared async poller.
+
+Every ``KineticJobTrigger`` in one triggerer event loop registers with
+``kinetic_core.shared_poller()``, so N deferred tasks cost one bulk backend poll per
+interval, not N. Nothing here blocks the event loop: storage and backend calls go
+through the core's async API or ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import traceback
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kinetic_core as kc
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from kinetic_airflow.hooks import KineticHook
+
+#: ``TriggerEvent`` payload ``status`` values.
+EVENT_SUCCESS = "success"
+EVENT_FAILED = "failed"
+EVENT_ERROR = "error"  # the trigger itself could not observe the job
+
+
+def status_of(state: kc.JobState) -> str:
+    return EVENT_SUCCESS if state.status is kc.JobStatus.SUCCEEDED else EVENT_FAILED
+
+
+class KineticJobTrigger(BaseTrigger):
+    """Fire once when a kinetic job is terminal; optionally stream its log into the task log.
+
+    Serializes only the handle JSON (no secrets), the connection id and options. The
+    signing key is not needed to observe a job; ``execute_complete`` resolves it from
+    the connection again to verify the result.
+
+    :param handle: ``JobHandle.to_json()``.
+    :param kinetic_conn_id: connection the job was submitted with (for the log line only here).
+    :param poll_interval: seconds between log reads while streaming.
+    :param stream_logs: copy new job log text into the task log while waiting.
+    :param log_cursor: where streaming starts (``None``: from the beginning).
+    :param cancel_on_kill: cancel the job when a user kills the deferred task.
+    """
+
+    def __init__(
+        self,
+        handle: str,
+        kinetic_conn_id: str | None = None,
+        poll_interval: float = 30.0,
+        stream_logs: bool = True,
+        log_cursor: str | None = None,
+        cancel_on_kill: bool = True,
+    ) -> None:
+        super().__init__()
+        self.handle_json = handle
+        self.kinetic_conn_id = kinetic_conn_id
+        self.poll_interval = float(poll_interval)
+        self.stream_logs = stream_logs
+        self.log_cursor = log_cursor
+        self.cancel_on_kill = cancel_on_kill
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "handle": self.handle_json,
+                "kinetic_conn_id": self.kinetic_conn_id,
+                "poll_interval": self.poll_interval,
+                "stream_logs": self.stream_logs,
+                "log_cursor": self.log_cursor,
+                "cancel_on_kill": self.cancel_on_kill,
+            },
+        )
+
+    @property
+    def handle(self) -> kc.JobHandle:
+        return kc.JobHandle.from_json(self.handle_json)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        handle = self.handle
+        try:
+            if self.stream_logs:
+                state = await self._wait_streaming(handle)
+            else:
+                state = await handle.await_done()
+        except Exception as exc:
+            self.log.exception("Could not observe kinetic job %s", handle.job_id)
+            yield TriggerEvent({
+                "status": EVENT_ERROR, "job_id": handle.job_id, "handle": self.handle_json,
+                "message": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            })
+            return
+        self.log.info("Kinetic job %s is %s (%s)", handle.job_id, state.status.value, state.reason or "-")
+        yield TriggerEvent({
+            "status": status_of(state), "job_id": handle.job_id, "handle": self.handle_json,
+            "state": state.to_dict(), "log_cursor": self.log_cursor,
+        })
+
+    async def _wait_streaming(self, handle: kc.JobHandle) -> kc.JobState:
+        """One registration with the shared poller; read new log text between waits."""
+        done = asyncio.ensure_future(handle.await_done())
+        try:
+            while True:
+                try:
+                    state = await asyncio.wait_for(asyncio.shield(done), self.poll_interval)
+                except TimeoutError:
+                    await self._pump_logs(handle)
+                    continue
+                await self._pump_logs(handle, drain=True)
+                return state
+        finally:
+            if not done.done():
+                done.cancel()
+                with contextlib.suppress(BaseException):
+                    await done
+
+    async def _pump_logs(self, handle: kc.JobHandle, *, drain: bool = False) -> None:
+        """Copy log text after the cursor into the task log, a bounded chunk per read."""
+        for _ in range(64 if drain else 4):
+            try:
+                text, cursor = await asyncio.to_thread(handle.read_logs, self.log_cursor)
+            except Exception as exc:  # logs are best effort; the status is what matters
+                self.log.warning("Could not read logs of %s: %s", handle.job_id, exc)
+                return
+            self.log_cursor = cursor
+            if not text:
+                return
+            for line in text.rstrip("\n").split("\n"):
+                self.log.info("[%s] %s", handle.job_id, line)
+
+    async def on_kill(self) -> None:
+        """A user killed the deferred task (mark failed/success, clear): cancel the job."""
+        if not self.cancel_on_kill:
+            return
+        handle = self.handle
+        cancelled = await asyncio.to_thread(handle.cancel)
+        self.log.info("Kinetic job %s %s", handle.job_id,
+                      "cancelled" if cancelled else "had already finished")
+
+
+class KineticBatchTrigger(BaseTrigger):
+    """Fire once when every child of a kinetic batch is terminal (one trigger per batch)."""
+
+    def __init__(
+        self,
+        batch: str,
+        kinetic_conn_id: str | None = None,
+        poll_interval: float = 30.0,
+        cancel_on_kill: bool = True,
+    ) -> None:
+        super().__init__()
+        self.batch_json = batch
+        self.kinetic_conn_id = kinetic_conn_id
+        self.poll_interval = float(poll_interval)
+        self.cancel_on_kill = cancel_on_kill
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "batch": self.batch_json,
+                "kinetic_conn_id": self.kinetic_conn_id,
+                "poll_interval": self.poll_interval,
+                "cancel_on_kill": self.cancel_on_kill,
+            },
+        )
+
+    async def _batch(self) -> Any:
+        import json
+
+        ref = json.loads(self.batch_json)
+        target = await KineticHook(self.kinetic_conn_id).aget_target({"storage": ref["storage"]})
+        return await asyncio.to_thread(kc.attach_batch, ref["group_id"], target=target)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        group_id = None
+        try:
+            batch = await self._batch()
+            group_id = batch.group_id
+            await batch.await_done()
+            counts = await asyncio.to_thread(batch.status_counts)
+        except Exception as exc:
+            self.log.exception("Could not observe kinetic batch %s", group_id)
+            yield TriggerEvent({
+                "status": EVENT_ERROR, "group_id": group_id, "message": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            })
+            return
+        ok = set(counts) <= {kc.JobStatus.SUCCEEDED.value}
+        self.log.info("Kinetic batch %s finished: %s", group_id, counts)
+        yield TriggerEvent({
+            "status": EVENT_SUCCESS if ok else EVENT_FAILED, "group_id": group_id, "counts": counts,
+        })
+
+    async def on_kill(self) -> None:
+        if not self.cancel_on_kill:
+            return
+        batch = await self._batch()
+        await asyncio.to_thread(batch.cancel)
+        self.log.info("Kinetic batch %s cancelled", batch.group_id)

@@ -1,0 +1,75 @@
+"""Markdown/table renderings of Kinetic jobs and batches for Prefect artifacts."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import kinetic_core as kc
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _at(value: datetime | None) -> str:
+    return value.isoformat(timespec="seconds") if value else ""
+
+
+def job_markdown(handle: kc.JobHandle, state: kc.JobState, *, reattached: bool) -> str:
+    """Job id, target and final state, with a table of the job's state history."""
+    history = [("PENDING", state.created_at, "submitted", "")]
+    if state.started_at:
+        history.append(("RUNNING", state.started_at, "", ""))
+    if state.terminal:
+        history.append((state.status.value, state.finished_at, state.reason, state.message))
+    rows = "\n".join(
+        f"| {_cell(status)} | {_at(at)} | {_cell(reason)} | {_cell(message)} |"
+        for status, at, reason, message in history
+    )
+    target = json.dumps(handle.target, sort_keys=True)
+    return (
+        f"### Kinetic job `{handle.job_id}`\n\n"
+        f"| | |\n|---|---|\n"
+        f"| job id | `{handle.job_id}` |\n"
+        f"| attempt | {handle.attempt}{' (reattached)' if reattached else ''} |\n"
+        f"| final state | **{state.status.value}**{f' ({_cell(state.reason)})' if state.reason else ''} |\n"
+        f"| exit code | {_cell(state.exit_code)} |\n"
+        f"| location | `{_cell(handle.location)}` |\n"
+        f"| target | `{_cell(target)}` |\n"
+        f"| idempotency key | `{_cell(handle.idempotency_key)}` |\n\n"
+        f"#### State history\n\n"
+        f"| status | at | reason | message |\n|---|---|---|---|\n{rows}\n\n"
+        f"Inspect: `kinetic jobs status {handle.job_id}`, `kinetic jobs logs {handle.job_id}`; "
+        f"reattach from Python with `kinetic_core.attach({handle.job_id!r})`.\n"
+    )
+
+
+def progress_description(counts: dict[str, int], total: int) -> str:
+    parts = ", ".join(f"{k.lower()}: {v}" for k, v in sorted(counts.items()) if v)
+    return f"{done_count(counts)}/{total} jobs finished ({parts or 'submitting'})"
+
+
+def done_count(counts: dict[str, int]) -> int:
+    return sum(v for k, v in counts.items() if k in ("SUCCEEDED", "FAILED", "CANCELLED", "NOT_FOUND"))
+
+
+def failure_rows(batch: kc.BatchHandle) -> list[dict[str, Any]]:
+    """One row per failed child (and per child that could not be submitted)."""
+    index = {h.job_id: i for i, h in enumerate(batch.jobs) if h is not None}
+    rows: list[dict[str, Any]] = []
+    for handle in batch.failures():
+        state = handle.state()
+        rows.append({
+            "index": index.get(handle.job_id), "job_id": handle.job_id, "status": state.status.value,
+            "reason": state.reason or "", "message": (state.message or "")[:500],
+            "exit_code": state.exit_code,
+        })
+    for i, exc in sorted(batch.submission_failures.items()):
+        rows.append({
+            "index": i, "job_id": "", "status": "NOT_SUBMITTED", "reason": type(exc).__name__,
+            "message": str(exc)[:500], "exit_code": None,
+        })
+    return rows

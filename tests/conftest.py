@@ -1,0 +1,37 @@
+"""Shared fixtures: every test gets its own storage root (and so its own local backend dir)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Supervisors escalate SIGTERM to SIGKILL after this grace; keep cancellation tests quick.
+os.environ.setdefault("KINETIC_KILL_GRACE", "2")
+
+
+@pytest.fixture
+def storage_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh file:// storage root, also set as KINETIC_STORAGE for code that resolves it."""
+    uri = f"file://{tmp_path / 'store'}"
+    monkeypatch.setenv("KINETIC_STORAGE", uri)
+    monkeypatch.delenv("KINETIC_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("KINETIC_BACKEND", raising=False)
+    yield uri
+    _kill_leftovers(tmp_path / "store")
+
+
+def _kill_leftovers(root: Path) -> None:
+    """Cancel any job a failing test left running, so processes never leak."""
+    import json
+    import signal
+
+    for launch in root.glob("backend-local/*/launch.json"):
+        if (launch.parent / "exit.json").exists():
+            continue
+        try:
+            os.killpg(json.loads(launch.read_text())["pid"], signal.SIGKILL)
+        except (ProcessLookupError, ValueError, KeyError, PermissionError):
+            pass
