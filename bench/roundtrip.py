@@ -30,6 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# What a local job's process imports today (supervisor, then the forked runner) ...
+JOB_IMPORTS_NOW = "import kinetic_core.backends.local_supervisor, kinetic_core.runner"
+# ... and the floor: cloudpickle plus the stdlib modules the runner's work really needs
+# (no asyncio/inspect unless the function is async, no platform/socket/argparse/config).
+JOB_IMPORTS_FLOOR = "import cloudpickle, hashlib, hmac, json, pickle, struct, threading, traceback"
+
 
 def noop() -> None:
     return None
@@ -226,6 +232,20 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         print(f"  import {module}: {ms(total)} cumulative (bare interpreter start {ms(bare_start)})")
         for name, value in top:
             print(f"      {name:<36}{ms(value)}")
+    print(f"\nJob-side startup, wall of `python -c IMPORTS`, median of {args.importtime_repeats}")
+    starts = {
+        "bare: pass": "pass",
+        "now: supervisor + runner modules": JOB_IMPORTS_NOW,
+        "floor: what the runner truly needs": JOB_IMPORTS_FLOOR,
+    }
+    start_rows: dict[str, list[float]] = {name: [] for name in starts}
+    for _ in range(args.importtime_repeats):
+        for name, code in starts.items():
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            start_rows[name].append(time.perf_counter() - t0)
+    for name, values in start_rows.items():
+        print(f"  {name:<44}{ms(med(values))}")
     print(f"\nload average after: {load_avg()}")
     return 0
 

@@ -29,9 +29,20 @@ _EXPORTS = {
     **{
         name: "kinetic_core.errors"
         for name in (
-            "KineticError", "ConfigError", "InvalidIdError", "SubmissionError", "SerializationError",
-            "StorageError", "JobNotFound", "PayloadIntegrityError", "WaitTimeout", "JobCancelled",
-            "JobFailed", "ResultNotAvailable", "RemoteError", "BatchError",
+            "KineticError",
+            "ConfigError",
+            "InvalidIdError",
+            "SubmissionError",
+            "SerializationError",
+            "StorageError",
+            "JobNotFound",
+            "PayloadIntegrityError",
+            "WaitTimeout",
+            "JobCancelled",
+            "JobFailed",
+            "ResultNotAvailable",
+            "RemoteError",
+            "BatchError",
         )
     },
 }

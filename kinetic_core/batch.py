@@ -47,12 +47,20 @@ UNSUBMITTED = "UNSUBMITTED"
 def _to_call(item: Any, mode: str, index: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Input item -> (args, kwargs): dict -> **kwargs, tuple/list -> *args, else one arg."""
     if mode == "auto":
-        mode = "kwargs" if isinstance(item, dict) else "args" if isinstance(item, tuple | list) else "single"
+        mode = (
+            "kwargs"
+            if isinstance(item, dict)
+            else "args"
+            if isinstance(item, tuple | list)
+            else "single"
+        )
     if mode == "single":
         return (item,), {}
     if mode == "args":
         if not isinstance(item, tuple | list):
-            raise ConfigError(f"Input {index} must be a tuple or list in input_mode='args', got {item!r}.")
+            raise ConfigError(
+                f"Input {index} must be a tuple or list in input_mode='args', got {item!r}."
+            )
         return tuple(item), {}
     if not isinstance(item, dict) or not all(isinstance(k, str) and k.isidentifier() for k in item):
         raise ConfigError(
@@ -69,14 +77,21 @@ class ChildRecord:
     error: dict[str, str] | None = None
 
     def to_json(self) -> bytes:
-        return json.dumps({"index": self.index, "attempts": self.attempts, "error": self.error}).encode()
+        return json.dumps(
+            {"index": self.index, "attempts": self.attempts, "error": self.error}
+        ).encode()
 
 
 class BatchHandle:
     """A durable reference to a batch. Rebuild it anywhere with ``attach_batch``."""
 
-    def __init__(self, manifest: dict[str, Any], *, signing_key: str | None = None,
-                 poll_timeout: float = DEFAULT_POLL_TIMEOUT) -> None:
+    def __init__(
+        self,
+        manifest: dict[str, Any],
+        *,
+        signing_key: str | None = None,
+        poll_timeout: float = DEFAULT_POLL_TIMEOUT,
+    ) -> None:
         self.manifest = manifest
         self.group_id: str = manifest["group_id"]
         self.total: int = manifest["total_expected"]
@@ -165,7 +180,9 @@ class BatchHandle:
         failures: dict[int, BaseException] = {}
         for i, rec in self._records.items():
             if rec.error and not rec.attempts:
-                failures[i] = self._errors.get(i) or SubmissionError(f"{rec.error['type']}: {rec.error['message']}")
+                failures[i] = self._errors.get(i) or SubmissionError(
+                    f"{rec.error['type']}: {rec.error['message']}"
+                )
         if self.submission_abandoned:
             for i in range(self.total):
                 if i not in self._records:
@@ -190,8 +207,10 @@ class BatchHandle:
         submitted = [j for j in jobs if j is not None]
         states = iter(resolve_states(submitted)) if submitted else iter(())  # one bulk poll
         failed = self.submission_failures
-        return [next(states) if j is not None else SUBMIT_FAILED if i in failed else UNSUBMITTED
-                for i, j in enumerate(jobs)]
+        return [
+            next(states) if j is not None else SUBMIT_FAILED if i in failed else UNSUBMITTED
+            for i, j in enumerate(jobs)
+        ]
 
     def to_json(self) -> str:
         return json.dumps({"group_id": self.group_id, "storage": self.manifest["storage"]})
@@ -203,7 +222,11 @@ class BatchHandle:
         limit = self.poll_timeout if timeout is None else timeout
         for _ in poll_ticks(interval=tracker.interval, timeout=limit, describe=tracker.describe):
             pending = tracker.pending()
-            finished = tracker.settle(zip(pending, resolve_states(pending), strict=True)) if pending else []
+            finished = (
+                tracker.settle(zip(pending, resolve_states(pending), strict=True))
+                if pending
+                else []
+            )
             for index in finished:
                 yield tracker.final[index][0]
             if tracker.done():
@@ -227,11 +250,14 @@ class BatchHandle:
                         tasks[handle.job_id] = asyncio.ensure_future(poller.wait(handle))
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise asyncio.TimeoutError(f"Timed out: {tracker.describe()}")
+                    raise TimeoutError(f"Timed out: {tracker.describe()}")
                 live = [t for t in tasks.values() if not t.done()]
                 if live:
-                    await asyncio.wait(live, timeout=min(remaining, tracker.interval),
-                                       return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(
+                        live,
+                        timeout=min(remaining, tracker.interval),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
                 else:
                     await asyncio.sleep(min(remaining, tracker.interval))
                 ready = [(self._handles[j], t.result()) for j, t in tasks.items() if t.done()]
@@ -249,8 +275,14 @@ class BatchHandle:
         return await asyncio.to_thread(self.statuses)
 
     # ---- results ----------------------------------------------------------------------
-    def results(self, *, ordered: bool = True, return_exceptions: bool = False,
-                cleanup: bool = True, timeout: float | None = None) -> list[Any]:
+    def results(
+        self,
+        *,
+        ordered: bool = True,
+        return_exceptions: bool = False,
+        cleanup: bool = True,
+        timeout: float | None = None,
+    ) -> list[Any]:
         """Values per input (input order, or completion order with ``ordered=False``).
 
         Failures raise BatchError carrying the partial results, unless
@@ -261,8 +293,14 @@ class BatchHandle:
             collected.append(self._collect(handle, cleanup))
         return self._assemble(collected, ordered, return_exceptions)
 
-    async def aresults(self, *, ordered: bool = True, return_exceptions: bool = False,
-                       cleanup: bool = True, timeout: float | None = None) -> list[Any]:
+    async def aresults(
+        self,
+        *,
+        ordered: bool = True,
+        return_exceptions: bool = False,
+        cleanup: bool = True,
+        timeout: float | None = None,
+    ) -> list[Any]:
         collected: list[tuple[int, Any, bool]] = []
         async for handle in self.aas_completed(timeout):
             collected.append(await asyncio.to_thread(self._collect, handle, cleanup))
@@ -277,8 +315,9 @@ class BatchHandle:
         except Exception as exc:
             return self._index_of(handle), exc, False
 
-    def _assemble(self, collected: list[tuple[int, Any, bool]], ordered: bool,
-                  return_exceptions: bool) -> list[Any]:
+    def _assemble(
+        self, collected: list[tuple[int, Any, bool]], ordered: bool, return_exceptions: bool
+    ) -> list[Any]:
         sub_failures = self.submission_failures
         by_index = {i: (v, ok) for i, v, ok in collected}
         for i, exc in sub_failures.items():
@@ -292,8 +331,10 @@ class BatchHandle:
             raise BatchError(
                 self.group_id,
                 failures=[j for i in failed if (j := jobs[i]) is not None],
-                partial_results=[by_index[i][0] if by_index.get(i, (None, False))[1] else None
-                                 for i in range(self.total)],
+                partial_results=[
+                    by_index[i][0] if by_index.get(i, (None, False))[1] else None
+                    for i in range(self.total)
+                ],
                 submission_failures=sub_failures,
                 total=self.total,
             )
@@ -302,8 +343,11 @@ class BatchHandle:
     def failures(self) -> list[JobHandle]:
         """Children whose final state is FAILED or CANCELLED (correct after cleanup too)."""
         jobs = [j for j in self.jobs if j is not None]
-        return [j for j, s in zip(jobs, resolve_states(jobs), strict=True)
-                if s.status in (JobStatus.FAILED, JobStatus.CANCELLED)]
+        return [
+            j
+            for j, s in zip(jobs, resolve_states(jobs), strict=True)
+            if s.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+        ]
 
     # ---- stop -------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -325,17 +369,33 @@ class BatchHandle:
             self._submitter.join(timeout)
 
     # ---- submission (background thread of the submitting process) ---------------------
-    def _start(self, fn: Callable[..., Any], calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
-               target: Target, name: str, tags: dict[str, str], max_concurrency: int) -> None:
+    def _start(
+        self,
+        fn: Callable[..., Any],
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+        target: Target,
+        name: str,
+        tags: dict[str, str],
+        max_concurrency: int,
+    ) -> None:
         self._refresh()  # a resubmission knows what the first submitter recorded
         self._submitter = threading.Thread(
-            target=self._submit_all, args=(fn, calls, target, name, tags, max_concurrency),
-            name=f"kinetic-batch-{self.group_id}", daemon=True,
+            target=self._submit_all,
+            args=(fn, calls, target, name, tags, max_concurrency),
+            name=f"kinetic-batch-{self.group_id}",
+            daemon=True,
         )
         self._submitter.start()
 
-    def _submit_all(self, fn: Callable[..., Any], calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
-                    target: Target, name: str, tags: dict[str, str], max_concurrency: int) -> None:
+    def _submit_all(
+        self,
+        fn: Callable[..., Any],
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+        target: Target,
+        name: str,
+        tags: dict[str, str],
+        max_concurrency: int,
+    ) -> None:
         inflight: list[JobHandle] = []
         last_check = 0.0
         for index, (args, kwargs) in enumerate(calls):
@@ -350,12 +410,21 @@ class BatchHandle:
                 continue  # submitted by an earlier submitter (idempotent resubmission)
             inflight = self._wait_for_slot(inflight, max_concurrency)
             try:
-                job = submit(fn, args, kwargs, target=target, name=name,
-                             idempotency_key=self.child_key(index), reuse_succeeded=True,
-                             tags={**tags, "kinetic/group-id": self.group_id, "kinetic/index": str(index)})
+                job = submit(
+                    fn,
+                    args,
+                    kwargs,
+                    target=target,
+                    name=name,
+                    idempotency_key=self.child_key(index),
+                    reuse_succeeded=True,
+                    tags={**tags, "kinetic/group-id": self.group_id, "kinetic/index": str(index)},
+                )
             except Exception as exc:
                 self._errors[index] = exc
-                self._save(ChildRecord(index, [], {"type": type(exc).__name__, "message": str(exc)[:2000]}))
+                self._save(
+                    ChildRecord(index, [], {"type": type(exc).__name__, "message": str(exc)[:2000]})
+                )
                 continue
             self._handles[job.job_id] = job
             self._save(ChildRecord(index, [job.job_id]))
@@ -366,7 +435,9 @@ class BatchHandle:
         if len(inflight) < limit:
             return inflight
         for _ in poll_ticks(interval=0.5, timeout=None, describe=lambda: "waiting for a free slot"):
-            inflight = [j for j, s in zip(inflight, resolve_states(inflight), strict=True) if not s.terminal]
+            inflight = [
+                j for j, s in zip(inflight, resolve_states(inflight), strict=True) if not s.terminal
+            ]
             if len(inflight) < limit or self.cancel_requested:
                 break
             self._beat()
@@ -381,10 +452,22 @@ class BatchHandle:
 
     def _retry(self, index: int, failed: JobHandle) -> JobHandle:
         """Resubmit a failed child as its next attempt, from its verified stored call."""
-        _, call = load_envelope(self._storage, f"jobs/{failed.job_id}/payload.pkl", kind="call",
-                                job_id=failed.job_id, signing_key=failed._key)
-        job = submit(call["fn"], call["args"], call["kwargs"], target=failed.target,
-                     name=failed.name, tags=failed.tags, idempotency_key=self.child_key(index))
+        _, call = load_envelope(
+            self._storage,
+            f"jobs/{failed.job_id}/payload.pkl",
+            kind="call",
+            job_id=failed.job_id,
+            signing_key=failed._key,
+        )
+        job = submit(
+            call["fn"],
+            call["args"],
+            call["kwargs"],
+            target=failed.target,
+            name=failed.name,
+            tags=failed.tags,
+            idempotency_key=self.child_key(index),
+        )
         self._handles[job.job_id] = job
         rec = self._records[index]
         if job.job_id not in rec.attempts:
@@ -427,8 +510,11 @@ class _Tracker:
             index = self.batch._index_of(handle)
             rec = self.batch._records.get(index)
             attempts = len(rec.attempts) if rec else 1
-            if (state.status is JobStatus.FAILED and attempts <= self.batch.retries
-                    and not self.batch.cancel_requested):
+            if (
+                state.status is JobStatus.FAILED
+                and attempts <= self.batch.retries
+                and not self.batch.cancel_requested
+            ):
                 self.batch._retry(index, handle)
                 continue
             self.final[index] = (handle, state)
@@ -437,14 +523,13 @@ class _Tracker:
 
     def done(self) -> bool:
         batch = self.batch
-        settled = len(self.final) + len(batch.submission_failures)
-        if settled < batch.total:
-            return False
-        return True
+        return len(self.final) + len(batch.submission_failures) >= batch.total
 
     def describe(self) -> str:
-        return (f"batch {self.batch.group_id}: {len(self.final)} of {self.batch.total} children "
-                "finished; the batch keeps running, reattach with attach_batch(group_id)")
+        return (
+            f"batch {self.batch.group_id}: {len(self.final)} of {self.batch.total} children "
+            "finished; the batch keeps running, reattach with attach_batch(group_id)"
+        )
 
 
 # ---- entry points ---------------------------------------------------------------------------
@@ -473,30 +558,46 @@ def submit_map(
     items = list(inputs) if not isinstance(inputs, str | bytes) else None
     if not items:
         raise ConfigError("inputs must be a non-empty list (one item per child job).")
-    if not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool) or max_concurrency < 1:
+    if (
+        not isinstance(max_concurrency, int)
+        or isinstance(max_concurrency, bool)
+        or max_concurrency < 1
+    ):
         raise ConfigError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}.")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ConfigError(f"retries must be an integer >= 0, got {retries!r}.")
     if input_mode not in INPUT_MODES:
-        raise ConfigError(f"Unknown input_mode {input_mode!r}; choose one of {', '.join(INPUT_MODES)}.")
+        raise ConfigError(
+            f"Unknown input_mode {input_mode!r}; choose one of {', '.join(INPUT_MODES)}."
+        )
     calls = [_to_call(item, input_mode, i) for i, item in enumerate(items)]
     try:
         cloudpickle.dumps(fn)
     except Exception as exc:
         raise SubmissionError(f"Cannot serialize {fn!r} for the batch: {exc}") from exc
     resolved = Target.coerce(target).resolve()
-    batch_name = name or getattr(fn, "__qualname__", "batch")
+    batch_name: str = name or getattr(fn, "__qualname__", None) or "batch"
     all_tags = {**(resolved.tags or {}), **validate_tags(tags or {})}
     group_id = f"b{key_digest(idempotency_key)[:24]}" if idempotency_key else new_id(batch_name)
     manifest = {
-        "version": 1, "group_id": group_id, "name": batch_name, "tags": all_tags,
-        "total_expected": len(calls), "created_at": time.time(), "storage": resolved.storage,
-        "target": resolved.to_dict(), "input_mode": input_mode, "retries": retries,
-        "max_concurrency": max_concurrency, "idempotency_key": idempotency_key,
+        "version": 1,
+        "group_id": group_id,
+        "name": batch_name,
+        "tags": all_tags,
+        "total_expected": len(calls),
+        "created_at": time.time(),
+        "storage": resolved.storage,
+        "target": resolved.to_dict(),
+        "input_mode": input_mode,
+        "retries": retries,
+        "max_concurrency": max_concurrency,
+        "idempotency_key": idempotency_key,
     }
     storage = open_storage(resolved.storage or "")
     try:
-        storage.write_bytes(f"batches/{group_id}/manifest.json", json.dumps(manifest).encode(), create_only=True)
+        storage.write_bytes(
+            f"batches/{group_id}/manifest.json", json.dumps(manifest).encode(), create_only=True
+        )
     except FileExistsError:
         if idempotency_key is None:
             raise
@@ -514,7 +615,7 @@ def submit_map(
 
 def _read_manifest(storage: Storage, group_id: str) -> dict[str, Any]:
     try:
-        return json.loads(storage.read_bytes(f"batches/{group_id}/manifest.json"))  # type: ignore[no-any-return]
+        return json.loads(storage.read_bytes(f"batches/{group_id}/manifest.json"))
     except FileNotFoundError:
         raise JobNotFound(
             f"No batch {group_id!r} under {storage.uri}. Check the group id and that "
@@ -522,8 +623,12 @@ def _read_manifest(storage: Storage, group_id: str) -> dict[str, Any]:
         ) from None
 
 
-def attach_batch(group_id: str, *, target: Target | dict[str, Any] | None = None,
-                 poll_timeout: float = DEFAULT_POLL_TIMEOUT) -> BatchHandle:
+def attach_batch(
+    group_id: str,
+    *,
+    target: Target | dict[str, Any] | None = None,
+    poll_timeout: float = DEFAULT_POLL_TIMEOUT,
+) -> BatchHandle:
     """Rebuild a batch handle in another process. Waits on it default to ``poll_timeout``."""
     validate_id(group_id, "group id")
     resolved = Target.coerce(target).resolve()

@@ -28,8 +28,15 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the cli extra
     Console = None  # type: ignore[assignment,misc]
 
-STATUS_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "yellow", "RUNNING": "cyan",
-                "PENDING": "blue", SUBMIT_FAILED: "red", UNSUBMITTED: "dim"}
+STATUS_STYLE = {
+    "SUCCEEDED": "green",
+    "FAILED": "red",
+    "CANCELLED": "yellow",
+    "RUNNING": "cyan",
+    "PENDING": "blue",
+    SUBMIT_FAILED: "red",
+    UNSUBMITTED: "dim",
+}
 
 
 def _console() -> Any:
@@ -58,9 +65,16 @@ def _state_table(title: str, rows: list[tuple[JobHandle, JobState]]) -> Any:
         table.add_column(col, overflow="fold")
     for handle, state in rows:
         style = STATUS_STYLE.get(state.status.value, "")
-        table.add_row(handle.job_id, handle.name, f"[{style}]{state.status.value}[/]", state.reason or "",
-                      str(state.attempt), _fmt(state.created_at), _fmt(state.finished_at),
-                      (state.message or "")[:120])
+        table.add_row(
+            handle.job_id,
+            handle.name,
+            f"[{style}]{state.status.value}[/]",
+            state.reason or "",
+            str(state.attempt),
+            _fmt(state.created_at),
+            _fmt(state.finished_at),
+            (state.message or "")[:120],
+        )
     return table
 
 
@@ -69,13 +83,22 @@ def _state_table(title: str, rows: list[tuple[JobHandle, JobState]]) -> Any:
 
 def jobs_list(args: argparse.Namespace) -> int:
     tags = dict(t.split("=", 1) for t in args.tag or [])
-    handles = list_jobs(status=args.status, tags=tags or None, name=args.name, limit=args.limit,
-                        target=_target(args))
+    handles = list_jobs(
+        status=args.status,
+        tags=tags or None,
+        name=args.name,
+        limit=args.limit,
+        target=_target(args),
+    )
     states = resolve_states(handles) if handles else []
     if args.json:
-        _emit_json([{**h.to_dict(), "state": s.to_dict()} for h, s in zip(handles, states, strict=True)])
+        _emit_json(
+            [{**h.to_dict(), "state": s.to_dict()} for h, s in zip(handles, states, strict=True)]
+        )
     else:
-        _console().print(_state_table(f"{len(handles)} jobs", list(zip(handles, states, strict=True))))
+        _console().print(
+            _state_table(f"{len(handles)} jobs", list(zip(handles, states, strict=True)))
+        )
     return 0
 
 
@@ -135,9 +158,14 @@ def jobs_cleanup(args: argparse.Namespace) -> int:
 
 
 def _batch_summary(batch: BatchHandle) -> dict[str, Any]:
-    return {"group_id": batch.group_id, "name": batch.manifest["name"], "total": batch.total,
-            "submission_complete": batch.submission_complete,
-            "cancel_requested": batch.cancel_requested, "counts": batch.status_counts()}
+    return {
+        "group_id": batch.group_id,
+        "name": batch.manifest["name"],
+        "total": batch.total,
+        "submission_complete": batch.submission_complete,
+        "cancel_requested": batch.cancel_requested,
+        "counts": batch.status_counts(),
+    }
 
 
 def batch_list(args: argparse.Namespace) -> int:
@@ -152,9 +180,14 @@ def batch_list(args: argparse.Namespace) -> int:
     for col in ("group id", "name", "total", "counts", "submitted", "cancel"):
         table.add_column(col)
     for s in summaries:
-        table.add_row(s["group_id"], s["name"], str(s["total"]),
-                      ", ".join(f"{k}={v}" for k, v in sorted(s["counts"].items())),
-                      "yes" if s["submission_complete"] else "no", "yes" if s["cancel_requested"] else "")
+        table.add_row(
+            s["group_id"],
+            s["name"],
+            str(s["total"]),
+            ", ".join(f"{k}={v}" for k, v in sorted(s["counts"].items())),
+            "yes" if s["submission_complete"] else "no",
+            "yes" if s["cancel_requested"] else "",
+        )
     _console().print(table)
     return 0
 
@@ -175,14 +208,28 @@ def batch_status(args: argparse.Namespace) -> int:
 def _watch(batch: BatchHandle) -> None:
     """Live progress bar until every child is final."""
     console = _console()
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("{task.fields[counts]}"), console=console, transient=False) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.fields[counts]}"),
+        console=console,
+        transient=False,
+    ) as progress:
         bar = progress.add_task(batch.group_id, total=batch.total, counts="")
         for _ in poll_ticks(interval=2.0, timeout=None, describe=lambda: "batch still running"):
             counts = batch.status_counts()
-            final = sum(counts.get(k, 0) for k in ("SUCCEEDED", "FAILED", "CANCELLED", SUBMIT_FAILED))
-            progress.update(bar, completed=final, counts=" ".join(
-                f"[{STATUS_STYLE.get(k, '')}]{k.lower()}={v}[/]" for k, v in sorted(counts.items())))
+            final = sum(
+                counts.get(k, 0) for k in ("SUCCEEDED", "FAILED", "CANCELLED", SUBMIT_FAILED)
+            )
+            progress.update(
+                bar,
+                completed=final,
+                counts=" ".join(
+                    f"[{STATUS_STYLE.get(k, '')}]{k.lower()}={v}[/]"
+                    for k, v in sorted(counts.items())
+                ),
+            )
             if final >= batch.total or (batch.submission_abandoned and counts.get(UNSUBMITTED)):
                 break
 
@@ -225,10 +272,14 @@ def batch_cleanup(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kinetic", description="Manage kinetic detached jobs.")
-    parser.add_argument("--storage", help="storage root URI (default: KINETIC_STORAGE or file://~/.kinetic)")
+    parser.add_argument(
+        "--storage", help="storage root URI (default: KINETIC_STORAGE or file://~/.kinetic)"
+    )
     groups = parser.add_subparsers(dest="group", required=True)
 
-    jobs = groups.add_parser("jobs", help="single jobs").add_subparsers(dest="command", required=True)
+    jobs = groups.add_parser("jobs", help="single jobs").add_subparsers(
+        dest="command", required=True
+    )
     p = jobs.add_parser("list", help="jobs, newest first")
     p.add_argument("--status", choices=[s.value for s in JobStatus])
     p.add_argument("--tag", action="append", metavar="KEY=VALUE")
@@ -236,16 +287,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=jobs_list)
-    for name, func, help_text in (("status", jobs_status, "state of one job"),
-                                  ("cancel", jobs_cancel, "cancel a job"),
-                                  ("cleanup", jobs_cleanup, "free a job's resources")):
+    for name, func, help_text in (
+        ("status", jobs_status, "state of one job"),
+        ("cancel", jobs_cancel, "cancel a job"),
+        ("cleanup", jobs_cleanup, "free a job's resources"),
+    ):
         p = jobs.add_parser(name, help=help_text)
         p.add_argument("job_id")
         p.set_defaults(func=func)
         if name == "status":
             p.add_argument("--json", action="store_true")
         if name == "cleanup":
-            p.add_argument("--outputs", action="store_true", help="also delete the job's output dir")
+            p.add_argument(
+                "--outputs", action="store_true", help="also delete the job's output dir"
+            )
     p = jobs.add_parser("logs", help="a job's output")
     p.add_argument("job_id")
     p.add_argument("--tail", type=int, metavar="N")

@@ -21,6 +21,7 @@ STORAGE_SCHEMES = ("file://", "gs://")
 SECRET_FIELDS = frozenset({"signing_key"})
 DEFAULT_STORAGE = "file://~/.kinetic"
 
+
 @dataclass(frozen=True)
 class Target:
     """Where a job runs and where its state lives. ``None`` means "not set here"."""
@@ -81,7 +82,11 @@ class Target:
     def merge(self, overrides: Target | dict[str, Any] | None) -> Target:
         """This target with every field that ``overrides`` sets replacing ours."""
         other = Target.coerce(overrides)
-        changes = {f.name: getattr(other, f.name) for f in fields(other) if getattr(other, f.name) is not None}
+        changes = {
+            f.name: getattr(other, f.name)
+            for f in fields(other)
+            if getattr(other, f.name) is not None
+        }
         return dataclasses.replace(self, **changes)
 
     def to_dict(self, *, include_secrets: bool = False) -> dict[str, Any]:
@@ -122,12 +127,17 @@ class Target:
             )
         for name in ("life_span", "schedule_timeout", "poll_interval"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
+            if value is not None and (
+                not isinstance(value, int | float) or isinstance(value, bool) or value <= 0
+            ):
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}.")
         if self.env is not None and not all(isinstance(n, str) and n for n in self.env):
-            raise ConfigError(f"env must be a list of environment variable names, got {self.env!r}.")
+            raise ConfigError(
+                f"env must be a list of environment variable names, got {self.env!r}."
+            )
         if self.tags is not None:
             validate_tags(self.tags)
+
 
 def validate_tags(tags: Any) -> dict[str, str]:
     if not isinstance(tags, dict) or not all(
@@ -135,6 +145,7 @@ def validate_tags(tags: Any) -> dict[str, str]:
     ):
         raise ConfigError(f"tags must be a dict of str to str, got {tags!r}.")
     return tags
+
 
 def normalize_storage_uri(uri: str) -> str:
     """Check a storage URI and expand ``~`` in file URIs; raise ConfigError when malformed."""
@@ -153,6 +164,7 @@ def normalize_storage_uri(uri: str) -> str:
         raise ConfigError(f"Storage URI {uri!r} names no bucket: use gs://bucket/prefix.")
     return uri.rstrip("/")
 
+
 def _parse_env(var: str, raw: str, hint: Any) -> Any:
     """Parse one KINETIC_* value according to the field's type."""
     args = [a for a in get_args(hint) if a is not type(None)]
@@ -168,10 +180,13 @@ def _parse_env(var: str, raw: str, hint: Any) -> Any:
         if origin is float:
             return float(raw)
         if origin is list:
-            return json.loads(raw) if raw.lstrip().startswith("[") else [s.strip() for s in raw.split(",") if s.strip()]
+            return (
+                json.loads(raw)
+                if raw.lstrip().startswith("[")
+                else [s.strip() for s in raw.split(",") if s.strip()]
+            )
         if origin is dict:
             return json.loads(raw)
     except ValueError as exc:
         raise ConfigError(f"Cannot parse {var}={raw!r} as {kind}: {exc}") from None
     return raw
-

@@ -67,14 +67,19 @@ class RemoteError(KineticError):
     def __init__(
         self, type_name: str, message: str, traceback: str = "", phase: str = "run"
     ) -> None:
-        super().__init__(f"{type_name}: {message}" + (f"\n\nRemote traceback:\n{traceback}" if traceback else ""))
+        super().__init__(
+            f"{type_name}: {message}" + (f"\n\nRemote traceback:\n{traceback}" if traceback else "")
+        )
         self.type_name = type_name
         self.remote_message = message
         self.remote_traceback = traceback
         self.phase = phase
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (RemoteError, (self.type_name, self.remote_message, self.remote_traceback, self.phase))
+        return (
+            RemoteError,
+            (self.type_name, self.remote_message, self.remote_traceback, self.phase),
+        )
 
 
 class BatchError(KineticError):
@@ -99,5 +104,11 @@ class BatchError(KineticError):
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             BatchError,
-            (self.group_id, self.failures, self.partial_results, self.submission_failures, self.total),
+            (
+                self.group_id,
+                self.failures,
+                self.partial_results,
+                self.submission_failures,
+                self.total,
+            ),
         )

@@ -27,6 +27,7 @@ from kinetic_core.errors import (
     JobCancelled,
     JobFailed,
     JobNotFound,
+    KineticError,
     ResultNotAvailable,
     SubmissionError,
 )
@@ -40,7 +41,16 @@ from kinetic_core.storage import Storage, open_storage
 if TYPE_CHECKING:
     from kinetic_core.batch import BatchHandle
 
-__all__ = ["JobHandle", "JobState", "JobStatus", "RemoteFunction", "attach", "list_jobs", "run", "submit"]
+__all__ = [
+    "JobHandle",
+    "JobState",
+    "JobStatus",
+    "RemoteFunction",
+    "attach",
+    "list_jobs",
+    "run",
+    "submit",
+]
 
 HANDLE_VERSION = 1
 P = ParamSpec("P")
@@ -145,8 +155,11 @@ class JobHandle:
         cursor: str | None = None
         partial = ""
         finished = False
-        for _ in poll_ticks(interval=min(interval_of(self), 1.0), timeout=timeout,
-                            describe=lambda: f"job {self.job_id} is still running"):
+        for _ in poll_ticks(
+            interval=min(interval_of(self), 1.0),
+            timeout=timeout,
+            describe=lambda: f"job {self.job_id} is still running",
+        ):
             chunk, cursor = self.read_logs(cursor)
             lines = (partial + chunk).split("\n")
             partial = lines.pop()
@@ -174,10 +187,16 @@ class JobHandle:
     def _collect(self, state: JobState, cleanup: bool) -> Any:
         storage = self._storage()
         if state.status is JobStatus.CANCELLED:
-            raise JobCancelled(f"Job {self.job_id} was cancelled ({state.message}); it has no result.")
+            raise JobCancelled(
+                f"Job {self.job_id} was cancelled ({state.message}); it has no result."
+            )
         try:
             _, body = load_envelope(
-                storage, self._path("result.pkl"), kind="result", job_id=self.job_id, signing_key=self._key
+                storage,
+                self._path("result.pkl"),
+                kind="result",
+                job_id=self.job_id,
+                signing_key=self._key,
             )
         except FileNotFoundError:
             if storage.exists(self._path("collected.json")):
@@ -206,8 +225,13 @@ class JobHandle:
         """Cancel the job (durably: other processes see CANCELLED). False if already finished."""
         if self.done():
             return False
-        write_stop(self._storage(), self.job_id, JobStatus.CANCELLED, "Cancelled",
-                   f"cancelled from {socket.gethostname()}")
+        write_stop(
+            self._storage(),
+            self.job_id,
+            JobStatus.CANCELLED,
+            "Cancelled",
+            f"cancelled from {socket.gethostname()}",
+        )
         backend_for(self).cancel(self.job_id)
         return True
 
@@ -255,9 +279,14 @@ def _by_value_modules(fn: Any, target: Target) -> list[str]:
     modules = list(target.pickle_by_value or [])
     name = getattr(fn, "__module__", None)
     module = sys.modules.get(name or "")
-    if name and name != "__main__" and module is not None and name not in modules:
-        if not _importable_by_name(name, module):
-            modules.append(name)
+    if (
+        name
+        and name != "__main__"
+        and module is not None
+        and name not in modules
+        and not _importable_by_name(name, module)
+    ):
+        modules.append(name)
     return modules
 
 
@@ -302,7 +331,9 @@ def submit(
     if missing:
         raise ConfigError(f"Target.env names {missing}, which are not set in this environment.")
     call = {
-        "fn": fn, "args": args, "kwargs": kwargs,
+        "fn": fn,
+        "args": args,
+        "kwargs": kwargs,
         "env": {n: os.environ[n] for n in resolved.env or []},
     }
     plan = _Submission(resolved, call, _by_value_modules(fn, resolved), job_name, all_tags)
@@ -328,24 +359,44 @@ class _Submission:
     def create(self, job_id: str, *, attempt: int, key: str | None) -> JobHandle:
         storage = self.storage
         handle = JobHandle(
-            job_id=job_id, storage=self.target.storage or "", target=self.target.to_dict(),
-            name=self.name, created_at=time.time(), attempt=attempt, idempotency_key=key,
-            tags=self.tags, signed=bool(self.target.signing_key), signing_key=self.target.signing_key,
+            job_id=job_id,
+            storage=self.target.storage or "",
+            target=self.target.to_dict(),
+            name=self.name,
+            created_at=time.time(),
+            attempt=attempt,
+            idempotency_key=key,
+            tags=self.tags,
+            signed=bool(self.target.signing_key),
+            signing_key=self.target.signing_key,
         )
         created = False
         try:
             # The payload streams to a staging file; the create-only handle.json is the lock
             # that decides this attempt; the payload is published only if we won it.
             with storage.open_write(f"jobs/{job_id}/payload.pkl", create_only=True) as fh:
-                dump_envelope(fh, self.call, kind="call", job_id=job_id,
-                              signing_key=self.target.signing_key, by_value=self.by_value)
-                storage.write_bytes(f"jobs/{job_id}/handle.json", handle.to_json().encode(), create_only=True)
+                dump_envelope(
+                    fh,
+                    self.call,
+                    kind="call",
+                    job_id=job_id,
+                    signing_key=self.target.signing_key,
+                    by_value=self.by_value,
+                )
+                storage.write_bytes(
+                    f"jobs/{job_id}/handle.json", handle.to_json().encode(), create_only=True
+                )
                 created = True
-            get_backend(self.target).launch(LaunchSpec(
-                job_id=job_id, storage_uri=handle.storage, target=self.target,
-                labels={"kinetic/job-id": job_id, **self.tags},
-                python_path=[p for p in sys.path if p], workdir=os.getcwd(),
-            ))
+            get_backend(self.target).launch(
+                LaunchSpec(
+                    job_id=job_id,
+                    storage_uri=handle.storage,
+                    target=self.target,
+                    labels={"kinetic/job-id": job_id, **self.tags},
+                    python_path=[p for p in sys.path if p],
+                    workdir=os.getcwd(),
+                )
+            )
         except FileExistsError:
             if created:
                 raise
@@ -353,9 +404,11 @@ class _Submission:
         except BaseException as exc:
             if created:  # leave nothing half-submitted behind
                 storage.delete_prefix(f"jobs/{job_id}")
-            if isinstance(exc, SubmissionError | ConfigError) or not isinstance(exc, Exception):
+            if isinstance(exc, KineticError) or not isinstance(exc, Exception):
                 raise
-            raise SubmissionError(f"Could not launch job {job_id}: {type(exc).__name__}: {exc}") from exc
+            raise SubmissionError(
+                f"Could not launch job {job_id}: {type(exc).__name__}: {exc}"
+            ) from exc
         if key is not None:
             self._record_attempt(key, attempt, job_id)
         return handle
@@ -449,13 +502,17 @@ def list_jobs(
             continue
         if tags and any(handle.tags.get(k) != v for k, v in tags.items()):
             continue
-        if (since is not None and handle.created_at < since) or (until is not None and handle.created_at > until):
+        if (since is not None and handle.created_at < since) or (
+            until is not None and handle.created_at > until
+        ):
             continue
         handles.append(handle)
     handles.sort(key=lambda h: h.created_at, reverse=True)
     if status is not None:
         wanted = JobStatus(status)
-        handles = [h for h, s in zip(handles, resolve_states(handles), strict=True) if s.status is wanted]
+        handles = [
+            h for h, s in zip(handles, resolve_states(handles), strict=True) if s.status is wanted
+        ]
     return handles[:limit] if limit is not None else handles
 
 
@@ -488,7 +545,7 @@ class RemoteFunction(Generic[P, R]):
         return submit(self.fn, args, kwargs, target=self.target, **self.job_options)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.run_async(*args, **kwargs).result()  # type: ignore[no-any-return]
+        return self.run_async(*args, **kwargs).result()
 
     def run_async_map(self, inputs: Any, **options: Any) -> BatchHandle:
         """Fan out over ``inputs`` as one batch (see ``kinetic_core.submit_map``)."""

@@ -177,15 +177,17 @@ def verify(fh: IO[bytes], header: dict[str, Any], *, where: str, signing_key: st
         sha.update(chunk)
         remaining -= len(chunk)
     if remaining or not hmac.compare_digest(sha.hexdigest(), header["sha256"]):
-        raise PayloadIntegrityError(f"{where} failed its sha256 check: it is corrupt or was modified.")
+        raise PayloadIntegrityError(
+            f"{where} failed its sha256 check: it is corrupt or was modified."
+        )
 
 
 def skew_note(header: dict[str, Any]) -> str:
     """Explain version skew between the writer and this process, or ''."""
     notes = []
-    if header.get("python") != python_version():
+    if header.get("python") and header["python"] != python_version():
         notes.append(f"Python {header.get('python')} wrote it, this is Python {python_version()}")
-    if header.get("cloudpickle") != cloudpickle.__version__:
+    if header.get("cloudpickle") and header["cloudpickle"] != cloudpickle.__version__:
         notes.append(
             f"cloudpickle {header.get('cloudpickle')} wrote it, this has {cloudpickle.__version__}"
         )
@@ -225,8 +227,9 @@ def read_summary(storage: Storage, key: str) -> dict[str, Any]:
 
 def failure_body(exc: BaseException, *, phase: str, traceback_text: str) -> dict[str, Any]:
     """A result body for a failure. The exception travels pickled when it can."""
+    exc_pickle: bytes | None
     try:
-        exc_pickle: bytes | None = cloudpickle.dumps(exc)
+        exc_pickle = cloudpickle.dumps(exc)
         pickle.loads(exc_pickle)  # some exceptions pickle but cannot be rebuilt
     except Exception:
         exc_pickle = None
@@ -253,12 +256,20 @@ def rebuild_exception(body: dict[str, Any], job_id: str) -> BaseException:
     from kinetic_core.errors import RemoteError
 
     exc: BaseException | None = None
-    if body.get("exc_pickle"):
+    raw = body.get("exc_pickle")
+    if raw:
         try:
-            exc = pickle.loads(body["exc_pickle"])
+            exc = pickle.loads(raw)
         except Exception:
             exc = None
     if not isinstance(exc, BaseException):
-        return RemoteError(body["exc_type"], body["exc_message"], body.get("traceback", ""), body.get("phase", "run"))
-    exc.add_note(f"Remote traceback (kinetic job {job_id}, phase {body.get('phase')}):\n{body.get('traceback', '')}")
+        return RemoteError(
+            body["exc_type"],
+            body["exc_message"],
+            body.get("traceback", ""),
+            body.get("phase", "run"),
+        )
+    exc.add_note(
+        f"Remote traceback (kinetic job {job_id}, phase {body.get('phase')}):\n{body.get('traceback', '')}"
+    )
     return exc

@@ -68,13 +68,16 @@ def wait_states(refs: list[Any], *, timeout: float | None = None) -> list[JobSta
     """Block until every job is terminal; return their states in order."""
     latest: list[JobState] = []
     interval = min((interval_of(r) for r in refs), default=DEFAULT_INTERVAL)
-    for _ in poll_ticks(interval=interval, timeout=timeout, describe=lambda: timeout_message(latest)):
-        pending = [i for i, s in enumerate(latest) if not s.terminal] if latest else list(range(len(refs)))
-        fresh = resolve_states([refs[i] for i in pending])
+
+    def describe() -> str:
+        return timeout_message(latest)
+
+    for _ in poll_ticks(interval=interval, timeout=timeout, describe=describe):
         if not latest:
-            latest = fresh
+            latest.extend(resolve_states(refs))
         else:
-            for i, state in zip(pending, fresh, strict=True):
+            pending = [i for i, s in enumerate(latest) if not s.terminal]
+            for i, state in zip(pending, resolve_states([refs[i] for i in pending]), strict=True):
                 latest[i] = state
         if all(s.terminal for s in latest):
             break
@@ -137,7 +140,9 @@ class SharedPoller:
             self.polls += 1
             try:
                 states = await asyncio.to_thread(resolve_states, [w.ref for w in batch])
-            except Exception as exc:  # persistent errors reach the waiters; backends retry transient ones
+            except (
+                Exception
+            ) as exc:  # persistent errors reach the waiters; backends retry transient ones
                 for w in batch:
                     if not w.future.done():
                         w.future.set_exception(exc)
@@ -152,7 +157,9 @@ class SharedPoller:
                     w.due = now + next(w.delays)
 
 
-_pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedPoller] = weakref.WeakKeyDictionary()
+_pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedPoller] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def shared_poller() -> SharedPoller:

@@ -43,7 +43,13 @@ def output_dir(storage_uri: str, job_id: str) -> str:
 
 
 def _record(storage: Storage, job_id: str, event: str, **fields: Any) -> None:
-    data = {"event": event, "at": time.time(), "host": socket.gethostname(), "pid": os.getpid(), **fields}
+    data = {
+        "event": event,
+        "at": time.time(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        **fields,
+    }
     storage.write_bytes(f"jobs/{job_id}/{event}.json", json.dumps(data).encode())
 
 
@@ -51,7 +57,7 @@ def _load_call(storage: Storage, job_id: str, signing_key: str | None) -> dict[s
     key = f"jobs/{job_id}/payload.pkl"
     try:
         _, call = load_envelope(storage, key, kind="call", job_id=job_id, signing_key=signing_key)
-        return call  # type: ignore[no-any-return]
+        return call
     except ModuleNotFoundError as exc:
         header = read_summary(storage, key)
         raise PhaseError(
@@ -103,18 +109,26 @@ def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str
 
     def write(b: dict[str, Any]) -> None:
         with storage.open_write(key, create_only=True) as fh:
-            dump_envelope(fh, b, kind="result", job_id=job_id, signing_key=signing_key, success=b["success"])
+            dump_envelope(
+                fh, b, kind="result", job_id=job_id, signing_key=signing_key, success=b["success"]
+            )
 
     try:
         write(body)
     except FileExistsError:
-        print(f"kinetic: result for {job_id} already exists; keeping the first one", file=sys.stderr)
+        print(
+            f"kinetic: result for {job_id} already exists; keeping the first one", file=sys.stderr
+        )
         return
     except Exception as exc:  # the value could not be pickled: report that instead
         body = failure_body(exc, phase="store", traceback_text=traceback.format_exc())
         print(body["traceback"], file=sys.stderr, flush=True)
         write(body)
-    summary = {"success": body["success"], "phase": body["phase"], "exit_code": 0 if body["success"] else 1}
+    summary = {
+        "success": body["success"],
+        "phase": body["phase"],
+        "exit_code": 0 if body["success"] else 1,
+    }
     if not body["success"]:
         summary["error"] = f"{body['exc_type'].rsplit('.', 1)[-1]}: {body['exc_message']}"[:500]
     _record(storage, job_id, "finished", **summary)
@@ -131,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_job(args.storage, args.job_id)
     except Exception as exc:
-        print(f"kinetic runner: cannot run job {args.job_id}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(
+            f"kinetic runner: cannot run job {args.job_id}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -15,7 +15,7 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Protocol
 
 from kinetic_core.backends import Backend, BackendState, get_backend
@@ -29,7 +29,7 @@ SUBMIT_GRACE = 120.0
 DEADLINE_GRACE = 30.0
 
 
-class JobStatus(str, Enum):
+class JobStatus(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
@@ -39,10 +39,12 @@ class JobStatus(str, Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.NOT_FOUND)
-
-    def __str__(self) -> str:
-        return self.value
+        return self in (
+            JobStatus.SUCCEEDED,
+            JobStatus.FAILED,
+            JobStatus.CANCELLED,
+            JobStatus.NOT_FOUND,
+        )
 
 
 def _dt(ts: float | None) -> datetime | None:
@@ -102,7 +104,7 @@ class Evidence:
 
 def _read_json(storage: Storage, key: str) -> dict[str, Any] | None:
     try:
-        return json.loads(storage.read_bytes(key))  # type: ignore[no-any-return]
+        return json.loads(storage.read_bytes(key))
     except (FileNotFoundError, ValueError):
         return None
 
@@ -128,11 +130,16 @@ def read_evidence(storage: Storage, job_id: str) -> Evidence:
 def write_stop(storage: Storage, job_id: str, status: JobStatus, reason: str, message: str) -> bool:
     """Record a stop marker once (create-only). Returns False if one already existed."""
     record = {
-        "status": status.value, "reason": reason, "message": message,
-        "at": time.time(), "host": socket.gethostname(),
+        "status": status.value,
+        "reason": reason,
+        "message": message,
+        "at": time.time(),
+        "host": socket.gethostname(),
     }
     try:
-        storage.write_bytes(f"jobs/{job_id}/stop.json", json.dumps(record).encode(), create_only=True)
+        storage.write_bytes(
+            f"jobs/{job_id}/stop.json", json.dumps(record).encode(), create_only=True
+        )
     except FileExistsError:
         return False
     return True
@@ -167,33 +174,57 @@ def resolve_states(refs: list[Any], *, enforce: bool = True) -> list[JobState]:
     ]
 
 
-def _resolve_one(ref: JobRef, b: BackendState, backend: Backend, now: float, enforce: bool) -> JobState:
+def _resolve_one(
+    ref: JobRef, b: BackendState, backend: Backend, now: float, enforce: bool
+) -> JobState:
     storage = open_storage(ref.storage)
 
-    def state(status: JobStatus, reason: str | None, message: str | None, ev: Evidence | None = None) -> JobState:
+    def state(
+        status: JobStatus, reason: str | None, message: str | None, ev: Evidence | None = None
+    ) -> JobState:
         ev = ev or Evidence()
         started = (ev.started or {}).get("at") or b.started_at
         finished = (ev.finished or {}).get("at") or b.finished_at or (ev.stop or {}).get("at")
         exit_code = b.exit_code if b.exit_code is not None else (ev.finished or {}).get("exit_code")
         return JobState(
-            job_id=ref.job_id, status=status, reason=reason, message=message, exit_code=exit_code,
-            created_at=_dt(ref.created_at), started_at=_dt(started),
-            finished_at=_dt(finished) if status.terminal else None, attempt=ref.attempt,
+            job_id=ref.job_id,
+            status=status,
+            reason=reason,
+            message=message,
+            exit_code=exit_code,
+            created_at=_dt(ref.created_at),
+            started_at=_dt(started),
+            finished_at=_dt(finished) if status.terminal else None,
+            attempt=ref.attempt,
         )
 
     target = ref.target
     if b.phase == "pending":
         limit = target.get("schedule_timeout")
         if enforce and limit and now - ref.created_at > limit:
-            return _stop(storage, backend, ref, state, JobStatus.FAILED, "ScheduleTimeout",
-                         f"still pending after schedule_timeout={limit:g}s"
-                         + (f" ({b.reason}: {b.message})" if b.reason else ""))
+            return _stop(
+                storage,
+                backend,
+                ref,
+                state,
+                JobStatus.FAILED,
+                "ScheduleTimeout",
+                f"still pending after schedule_timeout={limit:g}s"
+                + (f" ({b.reason}: {b.message})" if b.reason else ""),
+            )
         return state(JobStatus.PENDING, b.reason, b.message)
     if b.phase == "running":
         limit = target.get("life_span")
         if enforce and limit and b.started_at and now - b.started_at > limit + DEADLINE_GRACE:
-            return _stop(storage, backend, ref, state, JobStatus.FAILED, "DeadlineExceeded",
-                         f"ran longer than life_span={limit:g}s")
+            return _stop(
+                storage,
+                backend,
+                ref,
+                state,
+                JobStatus.FAILED,
+                "DeadlineExceeded",
+                f"ran longer than life_span={limit:g}s",
+            )
         return state(JobStatus.RUNNING, b.reason, b.message)
 
     ev = read_evidence(storage, ref.job_id)
@@ -201,9 +232,13 @@ def _resolve_one(ref: JobRef, b: BackendState, backend: Backend, now: float, enf
         if ev.finished.get("success"):
             msg = "result collected" if ev.collected else None
             return state(JobStatus.SUCCEEDED, None, msg, ev)
-        return state(JobStatus.FAILED, "Error", ev.finished.get("error") or "the function raised", ev)
+        return state(
+            JobStatus.FAILED, "Error", ev.finished.get("error") or "the function raised", ev
+        )
     if ev.stop is not None:
-        return state(JobStatus(ev.stop["status"]), ev.stop.get("reason"), ev.stop.get("message"), ev)
+        return state(
+            JobStatus(ev.stop["status"]), ev.stop.get("reason"), ev.stop.get("message"), ev
+        )
     if b.phase == "exited":
         reason = b.reason if b.reason not in (None, "Completed") else "Lost"
         message = b.message or f"exited with code {b.exit_code} without storing a result"
@@ -213,12 +248,23 @@ def _resolve_one(ref: JobRef, b: BackendState, backend: Backend, now: float, enf
     # not_found
     if ev.started is None and now - ref.created_at < SUBMIT_GRACE:
         return state(JobStatus.PENDING, "Submitting", "submission in progress", ev)
-    return state(JobStatus.FAILED, "Lost",
-                 b.message or "the backend has no record of the job and no result was stored", ev)
+    return state(
+        JobStatus.FAILED,
+        "Lost",
+        b.message or "the backend has no record of the job and no result was stored",
+        ev,
+    )
 
 
-def _stop(storage: Storage, backend: Backend, ref: JobRef, state: Any, status: JobStatus,
-          reason: str, message: str) -> JobState:
+def _stop(
+    storage: Storage,
+    backend: Backend,
+    ref: JobRef,
+    state: Any,
+    status: JobStatus,
+    reason: str,
+    message: str,
+) -> JobState:
     write_stop(storage, ref.job_id, status, reason, message)
     backend.cancel(ref.job_id)
-    return state(status, reason, message)  # type: ignore[no-any-return]
+    return state(status, reason, message)

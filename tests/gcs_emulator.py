@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from http import server
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 from gcp_storage_emulator.handlers import buckets
 from gcp_storage_emulator.server import RequestHandler, _read_raw_data
@@ -58,11 +59,13 @@ class PreconditionStorage(Storage):
         if not_match and not_match[0] == current:
             raise PreconditionFailed(f"{file_name}: generation is {current}")
 
-    def create_file(self, bucket_name, file_name, content, file_obj, file_id=None):  # type: ignore[no-untyped-def]
+    def create_file(
+        self, bucket_name: str, file_name: str, content: bytes, file_obj: Any, file_id: Any = None
+    ) -> Any:
         self._check(bucket_name, file_name)
         return super().create_file(bucket_name, file_name, content, file_obj, file_id)
 
-    def create_resumable_upload(self, bucket_name, file_name, file_obj):  # type: ignore[no-untyped-def]
+    def create_resumable_upload(self, bucket_name: str, file_name: str, file_obj: Any) -> Any:
         self._check(bucket_name, file_name)
         return super().create_resumable_upload(bucket_name, file_name, file_obj)
 
@@ -119,10 +122,8 @@ class Handler(RequestHandler):
             _read_raw_data(self)  # drain the body so the client reads our answer, not a reset
             self._send(fault[0], _error_body(fault[0], "injected fault", "backendError"))
             return
-        from urllib.parse import parse_qs, urlparse
-
         self.pstorage.query = parse_qs(urlparse(self.path).query)
-        real_wfile = self.wfile
+        real_wfile: Any = getattr(self, "wfile")  # noqa: B009 (untyped base class)
         if fault is not None:
             self.wfile = io.BytesIO()  # do the work, throw the answer away
         try:
@@ -136,7 +137,9 @@ class Handler(RequestHandler):
             self.pstorage.query = {}
         if fault is not None:
             self.wfile = real_wfile
-            self._send(fault[0], _error_body(fault[0], "injected fault (after work)", "backendError"))
+            self._send(
+                fault[0], _error_body(fault[0], "injected fault (after work)", "backendError")
+            )
 
     def do_GET(self) -> None:
         self._route("GET")
@@ -168,8 +171,9 @@ class EmulatorServer:
         self._httpd = _HTTPServer((host, port), partial(Handler, self.storage, self.faults))
         self.port = self._httpd.server_address[1]
         self.endpoint = f"http://{host}:{self.port}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="gcs-emulator",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="gcs-emulator", daemon=True
+        )
 
     def start(self) -> EmulatorServer:
         self._thread.start()

@@ -88,7 +88,15 @@ def get_backend(target: Target) -> Backend:
     """The backend for a resolved target, cached per process and configuration."""
     key = "|".join(
         str(getattr(target, f))
-        for f in ("backend", "storage", "local_dir", "kube_context", "in_cluster", "namespace", "project")
+        for f in (
+            "backend",
+            "storage",
+            "local_dir",
+            "kube_context",
+            "in_cluster",
+            "namespace",
+            "project",
+        )
     )
     with _lock:
         if key not in _backends:
@@ -101,5 +109,7 @@ def get_backend(target: Target) -> Backend:
 
                 _backends[key] = KubernetesBackend.from_target(target)
             else:
-                raise ConfigError(f"Unknown backend {target.backend!r}; choose local, kubernetes or gke.")
+                raise ConfigError(
+                    f"Unknown backend {target.backend!r}; choose local, kubernetes or gke."
+                )
         return _backends[key]

@@ -128,14 +128,16 @@ class LocalBackend:
     def _launch_record(self, job_id: str) -> dict[str, Any] | None:
         if job_id not in self._launch_cache:
             try:
-                self._launch_cache[job_id] = json.loads((self._dir(job_id) / "launch.json").read_text())
+                self._launch_cache[job_id] = json.loads(
+                    (self._dir(job_id) / "launch.json").read_text()
+                )
             except (FileNotFoundError, ValueError):
                 return None
         return self._launch_cache[job_id]
 
     def _exit_record(self, job_id: str) -> dict[str, Any] | None:
         try:
-            return json.loads((self._dir(job_id) / "exit.json").read_text())  # type: ignore[no-any-return]
+            return json.loads((self._dir(job_id) / "exit.json").read_text())
         except (FileNotFoundError, ValueError):
             return None
 
@@ -148,7 +150,8 @@ class LocalBackend:
         if exit_rec is None:
             if launch.get("host") != socket.gethostname():
                 return BackendState(
-                    "running", started_at=started,
+                    "running",
+                    started_at=started,
                     message=f"running on host {launch.get('host')}; liveness cannot be checked from here",
                 )
             if _alive(launch):
@@ -156,7 +159,8 @@ class LocalBackend:
             exit_rec = self._exit_record(job_id)  # it may have finished between the two reads
             if exit_rec is None:
                 return BackendState(
-                    "gone", started_at=started,
+                    "gone",
+                    started_at=started,
                     message=f"supervisor process {launch['pid']} vanished without recording an exit "
                     "(killed with SIGKILL, or the machine restarted)",
                 )
@@ -237,4 +241,6 @@ def _tail(fh: Any, lines: int) -> str:
         pos -= step
         fh.seek(pos)
         data = fh.read(step) + data
-    return b"\n".join(data.splitlines()[-lines:]).decode("utf-8", "replace") + ("\n" if data else "")
+    return b"\n".join(data.splitlines()[-lines:]).decode("utf-8", "replace") + (
+        "\n" if data else ""
+    )

@@ -26,7 +26,9 @@ class Storage(Protocol):
     def open_read(self, key: str) -> AbstractContextManager[BinaryIO]:
         """A seekable local file with the object's bytes (downloaded first if remote)."""
 
-    def open_write(self, key: str, *, create_only: bool = False) -> AbstractContextManager[BinaryIO]:
+    def open_write(
+        self, key: str, *, create_only: bool = False
+    ) -> AbstractContextManager[BinaryIO]:
         """A file to stream into; published atomically when the block exits cleanly."""
 
     def exists(self, key: str) -> bool: ...
@@ -66,4 +68,3 @@ def open_storage(uri: str) -> Storage:
             else:
                 raise ConfigError(f"Unsupported storage URI {uri!r}: use file:// or gs://.")
         return _cache[uri]
-

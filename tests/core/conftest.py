@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the helper modules
 
-from gcs_emulator import BUCKET, EmulatorServer, GCSEmulator  # noqa: E402
+from gcs_emulator import BUCKET, EmulatorServer, GCSEmulator
 
 # ---- GCS emulator ---------------------------------------------------------------------------
 

@@ -83,7 +83,9 @@ def test_create_only_twice_keeps_first(store: GCSStorage) -> None:
 
 
 def test_create_only_race_has_exactly_one_winner(store: GCSStorage) -> None:
-    results = _race(50, lambda i: store.write_bytes("lock", f"writer {i}".encode(), create_only=True))
+    results = _race(
+        50, lambda i: store.write_bytes("lock", f"writer {i}".encode(), create_only=True)
+    )
     winners = [i for i, r in enumerate(results) if r is None]
     losers = [r for r in results if isinstance(r, FileExistsError)]
     assert len(winners) == 1, results
@@ -93,7 +95,10 @@ def test_create_only_race_has_exactly_one_winner(store: GCSStorage) -> None:
 
 def test_open_write_that_raises_publishes_nothing(store: GCSStorage) -> None:
     for create_only in (False, True):
-        with pytest.raises(RuntimeError), store.open_write("partial", create_only=create_only) as fh:
+        with (
+            pytest.raises(RuntimeError),
+            store.open_write("partial", create_only=create_only) as fh,
+        ):
             fh.write(b"half of it")
             raise RuntimeError("boom")
         assert not store.exists("partial")
@@ -124,8 +129,14 @@ def test_large_streamed_object_round_trip(store: GCSStorage) -> None:
 
 
 def test_list_names_immediate_children(store: GCSStorage) -> None:
-    for key in ("jobs/a/handle.json", "jobs/a/events/x.json", "jobs/b/handle.json",
-                "jobs/top.json", "jobsx/other.json", "keys/k.json"):
+    for key in (
+        "jobs/a/handle.json",
+        "jobs/a/events/x.json",
+        "jobs/b/handle.json",
+        "jobs/top.json",
+        "jobsx/other.json",
+        "keys/k.json",
+    ):
         store.write_bytes(key, b"1")
     assert store.list_names("jobs") == ["a", "b", "top.json"]
     assert store.list_names("jobs/") == ["a", "b", "top.json"]
@@ -157,8 +168,12 @@ def test_exists(store: GCSStorage) -> None:
 
 def test_missing_bucket_is_a_helpful_storage_error(gcs_emulator: GCSEmulator) -> None:
     missing = GCSStorage("gs://no-such-bucket-kinetic/prefix")
-    for call in (lambda: missing.read_bytes("k"), lambda: missing.write_bytes("k", b"1"),
-                 lambda: missing.exists("k"), lambda: missing.list_names("jobs")):
+    for call in (
+        lambda: missing.read_bytes("k"),
+        lambda: missing.write_bytes("k", b"1"),
+        lambda: missing.exists("k"),
+        lambda: missing.list_names("jobs"),
+    ):
         with pytest.raises(StorageError) as info:
             call()
         message = str(info.value)
@@ -187,7 +202,7 @@ def test_transient_errors_are_retried(gcs_emulator: GCSEmulator, store: GCSStora
     assert store.read_bytes("k") == b"value"
     assert gcs_emulator.injected == 2
     gcs_emulator.fail_next(2, 500)
-    assert store.list_names("") == ["k", ] and gcs_emulator.injected == 2
+    assert store.list_names("") == ["k"] and gcs_emulator.injected == 2
     gcs_emulator.fail_next(2, 502)
     with store.open_read("k") as fh:
         assert fh.read() == b"value"

@@ -85,7 +85,9 @@ def test_function_sees_job_id_output_dir_and_captured_env(
     storage_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "s3cret-value")
-    job = kc.submit(jobfns.echo_env, ("KINETIC_JOB_ID", "WANDB_API_KEY"), target={"env": ["WANDB_API_KEY"]})
+    job = kc.submit(
+        jobfns.echo_env, ("KINETIC_JOB_ID", "WANDB_API_KEY"), target={"env": ["WANDB_API_KEY"]}
+    )
     handle_text = Path(storage_uri[7:], "jobs", job.job_id, "handle.json").read_text()
     assert "s3cret-value" not in handle_text  # values travel only inside the payload
     assert job.result(timeout=60) == {"KINETIC_JOB_ID": job.job_id, "WANDB_API_KEY": "s3cret-value"}
@@ -160,6 +162,7 @@ def test_shared_poller_makes_one_bulk_poll_per_tick(storage_uri: str) -> None:
 
     instance.poll = counting  # type: ignore[method-assign]
     try:
+
         async def main() -> list[kc.JobState]:
             poller = kc.shared_poller()
             states = await asyncio.gather(*(poller.wait(j, timeout=60) for j in jobs))
@@ -207,7 +210,9 @@ def test_missing_module_error_says_how_to_ship_it(
     assert "'ghostmod'" in str(info.value) and "pickle_by_value=['ghostmod']" in str(info.value)
     assert "Version skew" not in str(info.value)
     # With pickle_by_value the same function runs.
-    monkeypatch.setattr("kinetic_core.jobs._by_value_modules", lambda fn, target: list(target.pickle_by_value or []))
+    monkeypatch.setattr(
+        "kinetic_core.jobs._by_value_modules", lambda fn, target: list(target.pickle_by_value or [])
+    )
     assert kc.submit(ghost.f, target={"pickle_by_value": ["ghostmod"]}).result(timeout=60) == 1
 
 

@@ -1,0 +1,54 @@
+"""A real Airflow 3 (SQLite metadata DB in a temp AIRFLOW_HOME) for the provider tests.
+
+Environment must be set before Airflow is imported, so it happens at import time here.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_HOME = Path(tempfile.mkdtemp(prefix="kinetic-airflow-"))
+DAGS = Path(__file__).parent / "dags"
+STORAGE = _HOME / "kinetic"
+os.environ.update({
+    "AIRFLOW_HOME": str(_HOME),
+    "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME}/airflow.db",
+    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+    "KINETIC_STORAGE": f"file://{STORAGE}",
+})
+os.environ.pop("KINETIC_BACKEND", None)
+os.environ.pop("KINETIC_SIGNING_KEY", None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def airflow_db() -> None:
+    """``airflow db migrate`` once per session, programmatically."""
+    from airflow.utils.db import initdb
+
+    initdb()
+
+
+@pytest.fixture(scope="session")
+def dagbag(airflow_db: None) -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS))
+    assert not bag.import_errors, bag.import_errors
+    return bag
+
+
+@pytest.fixture
+def storage() -> str:
+    return os.environ["KINETIC_STORAGE"]
+
+
+def count_jobs() -> int:
+    jobs = STORAGE / "jobs"
+    return len(list(jobs.iterdir())) if jobs.exists() else 0

@@ -1,0 +1,78 @@
+"""DAGs for the kinetic provider tests. Callables live here on purpose: Airflow imports this
+file under a generated module name, so they must travel to the job by value."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from airflow.sdk import DAG, task
+
+from kinetic_airflow import KineticBatchOperator, KineticJobSensor, KineticOperator
+
+START = datetime(2026, 1, 1)
+FAST = {"poll_interval": 1.0}
+
+
+def _double(x: int) -> int:
+    """A DAG-file helper called by the remote function (also shipped by value)."""
+    return 2 * x
+
+
+def add(a: int, b: int) -> int:
+    print(f"adding {a} and {b}")
+    return _double(a + b) // 2
+
+
+def explode(tag: str) -> None:
+    print("about to fail", flush=True)
+    raise ValueError(f"boom-{tag}")
+
+
+def big_result(n: int) -> dict:
+    out = os.environ.get("KINETIC_OUTPUT_DIR", "")
+    return {"rows": list(range(n)), "output_dir": out}
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+with DAG("kt_value", schedule=None, start_date=START, catchup=False):
+    KineticOperator(task_id="add", python_callable=add, op_args=[2, 3], target=FAST)
+
+with DAG("kt_failure", schedule=None, start_date=START, catchup=False):
+    KineticOperator(task_id="explode", python_callable=explode, op_kwargs={"tag": "{{ dag.dag_id }}"},
+                    target=FAST)
+
+with DAG("kt_reference", schedule=None, start_date=START, catchup=False):
+    KineticOperator(task_id="big", python_callable=big_result, op_args=[1000], result="reference",
+                    target=FAST)
+
+with DAG("kt_nondeferrable", schedule=None, start_date=START, catchup=False):
+    KineticOperator(task_id="add", python_callable=add, op_args=[20, 22], deferrable=False, target=FAST)
+
+with DAG("kt_decorator", schedule=None, start_date=START, catchup=False):
+
+    @task
+    def make_numbers() -> list[int]:
+        return [1, 2, 3, 4]
+
+    @task.kinetic(poll_interval=1.0, tags={"stage": "eval"})
+    def evaluate(numbers: list[int], scale: int = 1) -> dict:
+        return {"total": _double(sum(numbers)) * scale, "pid": os.getpid()}
+
+    evaluate(make_numbers(), scale=10)
+
+with DAG("kt_mapped", schedule=None, start_date=START, catchup=False):
+    KineticOperator.partial(task_id="shard", python_callable=square, target=FAST).expand(
+        op_args=[[0], [1], [2]]
+    )
+
+with DAG("kt_sensor", schedule=None, start_date=START, catchup=False):
+    KineticJobSensor(task_id="wait", job_id="{{ params.job_id }}", collect_result=True,
+                     poll_interval=1.0, timeout=120, params={"job_id": "x00"})
+
+with DAG("kt_batch", schedule=None, start_date=START, catchup=False):
+    KineticBatchOperator(task_id="sweep", python_callable=square, inputs=[1, 2, 3], max_concurrency=3,
+                         target=FAST)

@@ -1,0 +1,135 @@
+"""Every user mistake gets a typed error that says what to do; nothing is written or lost."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+import kinetic_core as kc
+from tests.core import jobfns
+
+
+def _written(storage_uri: str) -> list[str]:
+    root = Path(storage_uri[7:])
+    return (
+        sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+        if root.exists()
+        else []
+    )
+
+
+def test_closure_holding_a_lock_is_rejected_before_writing(storage_uri: str) -> None:
+    lock = threading.Lock()
+    with pytest.raises(kc.SerializationError, match="do not capture locks"):
+        kc.submit(lambda: lock.acquire())
+    assert _written(storage_uri) == []
+
+
+def test_unpicklable_argument_is_rejected_before_writing(storage_uri: str) -> None:
+    sock = socket.socket()
+    try:
+        with pytest.raises(kc.SerializationError, match="Cannot serialize the call"):
+            kc.submit(jobfns.add, (sock,))
+    finally:
+        sock.close()
+    assert _written(storage_uri) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"backend": "slurm"}, "Unknown backend 'slurm'; choose one of local, kubernetes, gke"),
+        ({"storage": "s3://bucket"}, "Malformed storage URI"),
+        ({"storage": "gs://"}, "names no bucket"),
+        ({"life_span": 0}, "life_span must be a positive number"),
+        ({"life_span": -5}, "life_span must be a positive number"),
+        ({"schedule_timeout": 0}, "schedule_timeout must be a positive number"),
+        ({"poll_interval": -1}, "poll_interval must be a positive number"),
+    ],
+)
+def test_invalid_target(storage_uri: str, kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(kc.ConfigError, match=match):
+        kc.submit(jobfns.add, (1,), target=kwargs)
+    assert _written(storage_uri) == []
+
+
+def test_unknown_target_option_names_valid_ones() -> None:
+    with pytest.raises(kc.ConfigError, match=r"Unknown target option.*acelerator.*valid options"):
+        kc.Target.from_dict({"acelerator": "tpu"})
+
+
+def test_bad_env_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KINETIC_LIFE_SPAN", "an hour")
+    with pytest.raises(kc.ConfigError, match="KINETIC_LIFE_SPAN"):
+        kc.Target().resolve()
+
+
+def test_negative_wait_timeout_is_immediate_timeout(storage_uri: str) -> None:
+    job = kc.submit(jobfns.sleep, (5,))
+    with pytest.raises(kc.WaitTimeout):
+        job.wait(timeout=0)
+    job.cancel()
+
+
+def test_unwritable_storage_root(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(kc.StorageError, match="not writable"):
+        kc.submit(jobfns.add, (1,), target={"storage": f"file://{blocker}/store"})
+
+
+@pytest.mark.parametrize("bad", ["a/b", "..", "../etc", "UPPER", "x" * 200, "", "-dash", "ab"])
+def test_bad_job_ids_never_become_paths(storage_uri: str, bad: str) -> None:
+    with pytest.raises(kc.InvalidIdError, match="lowercase"):
+        kc.attach(bad)
+    assert isinstance(kc.InvalidIdError("x"), kc.ConfigError)
+
+
+def test_attach_to_missing_job(storage_uri: str) -> None:
+    with pytest.raises(kc.JobNotFound, match="KINETIC_STORAGE"):
+        kc.attach("does-not-exist")
+
+
+def test_not_callable(storage_uri: str) -> None:
+    with pytest.raises(kc.SubmissionError, match="callable"):
+        kc.submit("train")  # type: ignore[arg-type]
+    with pytest.raises(kc.SubmissionError, match="kwargs"):
+        kc.submit(jobfns.add, (1,), {1: 2})  # type: ignore[dict-item]
+    assert _written(storage_uri) == []
+
+
+def test_missing_captured_env_var(storage_uri: str) -> None:
+    with pytest.raises(kc.ConfigError, match="NOT_SET_ANYWHERE"):
+        kc.submit(jobfns.add, (1,), target={"env": ["NOT_SET_ANYWHERE"]})
+    assert _written(storage_uri) == []
+
+
+def test_handle_from_a_future_version_loads(storage_uri: str) -> None:
+    job = kc.submit(jobfns.add, (1, 2))
+    path = Path(storage_uri[7:], "jobs", job.job_id, "handle.json")
+    data = json.loads(path.read_text())
+    data.update(version=99, gpu_topology="2x4", new_nested={"a": [1, 2]})
+    path.write_text(json.dumps(data))  # simulate a newer writer
+    attached = kc.attach(job.job_id)
+    assert attached.job_id == job.job_id and attached.version == 99
+    assert attached.result(timeout=60) == 3
+
+
+def test_failed_launch_leaves_nothing(storage_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kinetic_core.backends.local import LocalBackend
+
+    def broken(self: object, spec: object) -> None:
+        raise OSError("fork failed")
+
+    monkeypatch.setattr(LocalBackend, "launch", broken)
+    with pytest.raises(kc.SubmissionError, match="fork failed"):
+        kc.submit(jobfns.add, (1,), idempotency_key="k1")
+    assert [p for p in _written(storage_uri) if not p.startswith("tmp/")] == []
+    monkeypatch.undo()
+    job = kc.submit(jobfns.add, (1, 1), idempotency_key="k1", target={"storage": storage_uri})
+    assert job.attempt == 1  # the failed launch did not burn an attempt
+    assert job.result(timeout=60) == 2

@@ -1,0 +1,125 @@
+"""Envelopes are verified before anything is unpickled."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kinetic_core as kc
+from kinetic_core.payload import dump_envelope, load_envelope, skew_note
+from kinetic_core.storage import open_storage
+from tests.core import jobfns
+
+
+class Boom:
+    """Unpickling this would run code: the tests prove it never happens."""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (exec, ("raise SystemExit('unpickled!')",))
+
+
+def _write(
+    storage_uri: str, key: str, obj: object, signing_key: str | None, job_id: str = "job-1"
+) -> None:
+    storage = open_storage(storage_uri)
+    with storage.open_write(key) as fh:
+        dump_envelope(fh, obj, kind="call", job_id=job_id, signing_key=signing_key)
+
+
+def test_round_trip_signed(storage_uri: str) -> None:
+    _write(storage_uri, "e.pkl", {"x": 1}, "k1")
+    header, body = load_envelope(
+        open_storage(storage_uri), "e.pkl", kind="call", job_id="job-1", signing_key="k1"
+    )
+    assert body == {"x": 1} and header["hmac"]
+
+
+@pytest.mark.parametrize(
+    ("writer_key", "reader_key", "match"),
+    [
+        (None, "k1", "unsigned but a signing key is configured"),
+        ("k1", "k2", "invalid signature"),
+        ("k1", None, "signed, but no signing key is configured"),
+    ],
+)
+def test_signature_mismatch_refused_before_unpickling(
+    storage_uri: str, writer_key: str | None, reader_key: str | None, match: str
+) -> None:
+    _write(storage_uri, "e.pkl", Boom(), writer_key)
+    with pytest.raises(kc.PayloadIntegrityError, match=match):
+        load_envelope(
+            open_storage(storage_uri), "e.pkl", kind="call", job_id="job-1", signing_key=reader_key
+        )
+
+
+def test_tampered_body_fails_checksum(storage_uri: str) -> None:
+    _write(storage_uri, "e.pkl", {"weights": list(range(100))}, None)
+    path = Path(storage_uri[7:], "e.pkl")
+    data = bytearray(path.read_bytes())
+    data[20] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(kc.PayloadIntegrityError, match="sha256"):
+        load_envelope(
+            open_storage(storage_uri), "e.pkl", kind="call", job_id="job-1", signing_key=None
+        )
+
+
+def test_envelope_copied_from_another_job_is_refused(storage_uri: str) -> None:
+    _write(storage_uri, "e.pkl", {"x": 1}, "k1", job_id="other-job")
+    with pytest.raises(kc.PayloadIntegrityError, match="copied from another job"):
+        load_envelope(
+            open_storage(storage_uri), "e.pkl", kind="call", job_id="job-1", signing_key="k1"
+        )
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage", b"\x80\x05K\x01." + b"x" * 40])
+def test_corrupt_result_file(storage_uri: str, content: bytes) -> None:
+    job = kc.submit(jobfns.add, (1, 2))
+    job.wait(timeout=60)
+    Path(storage_uri[7:], "jobs", job.job_id, "result.pkl").write_bytes(content)
+    with pytest.raises(kc.PayloadIntegrityError, match=r"corrupt|truncated"):
+        job.result(timeout=10)
+
+
+def test_signed_job_end_to_end_and_unsigned_payload_refused_by_runner(
+    storage_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KINETIC_SIGNING_KEY", "key-a")
+    assert kc.submit(jobfns.add, (2, 2)).result(timeout=60) == 4
+    # A payload planted without the key: the runner (which has the key) refuses to load it.
+    job_id = "planted-job"
+    _write(
+        storage_uri,
+        f"jobs/{job_id}/payload.pkl",
+        {"fn": Boom(), "args": (), "kwargs": {}},
+        None,
+        job_id,
+    )
+    env = {**os.environ, "KINETIC_SIGNING_KEY": "key-a"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "kinetic_core.runner", "--storage", storage_uri, "--job-id", job_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and "unpickled!" not in proc.stderr
+    assert "unsigned but a signing key is configured" in proc.stderr
+    _, body = load_envelope(
+        open_storage(storage_uri),
+        f"jobs/{job_id}/result.pkl",
+        kind="result",
+        job_id=job_id,
+        signing_key="key-a",
+    )
+    assert body["phase"] == "load" and body["exc_type"].endswith("PayloadIntegrityError")
+
+
+def test_version_skew_is_explained() -> None:
+    note = skew_note({"python": "3.9", "cloudpickle": "1.0"})
+    assert "Python 3.9" in note and "cloudpickle 1.0" in note and "same Python minor" in note
+    assert skew_note({}) == ""

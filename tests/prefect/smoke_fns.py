@@ -1,0 +1,3 @@
+def double(x):
+    print(f"doubling {x}")
+    return 2 * x
