@@ -12,8 +12,8 @@ import hashlib
 import hmac
 import json
 import pickle
-import platform
 import struct
+import sys
 import threading
 from collections.abc import Iterable
 from typing import IO, Any
@@ -31,7 +31,7 @@ _by_value_lock = threading.Lock()
 
 
 def python_version() -> str:
-    return ".".join(platform.python_version_tuple()[:2])
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 class _HashingWriter:

@@ -9,8 +9,6 @@ small: this is on the critical path of every job.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import inspect
 import json
 import os
 import socket
@@ -89,7 +87,9 @@ def run_job(storage_uri: str, job_id: str) -> int:
         os.environ.setdefault("KINETIC_OUTPUT_DIR", out)
         phase = "run"
         value = call["fn"](*call.get("args", ()), **call.get("kwargs", {}))
-        if inspect.isawaitable(value):
+        if hasattr(value, "__await__"):  # an async function: asyncio only imported here
+            import asyncio
+
             value = asyncio.run(_await(value))
         body = success_body(value)
     except BaseException as exc:  # the job must always report, even on SystemExit

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: helper modules
+
+from gcs_emulator import BUCKET, EmulatorServer, GCSEmulator
 
 # Supervisors escalate SIGTERM to SIGKILL after this grace; keep cancellation tests quick.
 os.environ.setdefault("KINETIC_KILL_GRACE", "2")
@@ -35,3 +40,24 @@ def _kill_leftovers(root: Path) -> None:
             os.killpg(json.loads(launch.read_text())["pid"], signal.SIGKILL)
         except (ProcessLookupError, ValueError, KeyError, PermissionError):
             pass
+
+
+# ---- GCS emulator ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[GCSEmulator]:
+    """An in-memory GCS emulator on 127.0.0.1 (free port) with bucket ``kinetic-test``.
+
+    It enforces generation preconditions (see tests/gcs_emulator.py), so create-only is
+    really tested. STORAGE_EMULATOR_HOST is set in os.environ, so job processes launched
+    by the local backend inherit it and reach the same emulator.
+    """
+    server = EmulatorServer().start()
+    server.create_bucket(BUCKET)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STORAGE_EMULATOR_HOST", server.endpoint)
+        try:
+            yield GCSEmulator(server)
+        finally:
+            server.stop()

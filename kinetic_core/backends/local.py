@@ -7,6 +7,7 @@ start time, written by the submitter), ``output.log`` (stdout+stderr) and ``exit
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -27,11 +28,14 @@ _children: list[subprocess.Popen[bytes]] = []
 
 
 def default_local_dir(target: Target) -> str:
+    """Beside a file:// storage root; for other storage, one folder per storage URI (job ids
+    derived from idempotency keys repeat across storage roots)."""
     if target.local_dir:
         return os.path.expanduser(target.local_dir)
     if target.storage and target.storage.startswith("file://"):
         return os.path.join(target.storage[len("file://") :], "backend-local")
-    return os.path.expanduser("~/.kinetic/backend-local")
+    digest = hashlib.sha256((target.storage or "").encode()).hexdigest()[:16]
+    return os.path.expanduser(f"~/.kinetic/backend-local/{digest}")
 
 
 def _proc_start_ticks(pid: int) -> int | None:

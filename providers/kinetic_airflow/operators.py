@@ -87,11 +87,8 @@ def describe_failure(handle: kc.JobHandle, exc: BaseException, log_tail: str | N
         if state.message:
             head += f": {state.message}"
     parts = [head, "".join(traceback.format_exception_only(type(exc), exc)).rstrip()]
-    remote_tb = getattr(exc, "remote_traceback", None)
-    notes = [n for n in getattr(exc, "__notes__", []) or [] if n]
-    if remote_tb and remote_tb not in parts[-1]:
-        parts.append("Remote traceback:\n" + remote_tb.rstrip())
-    parts.extend(n.rstrip() for n in notes)
+    # format_exception_only includes __notes__ (the remote traceback of rebuilt exceptions);
+    # RemoteError carries it in its message.
     if log_tail is None:
         log_tail = getattr(exc, "log_tail", None) or _safe_tail(handle)
     if log_tail and log_tail.strip():

@@ -48,8 +48,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 @pytest.fixture(scope="session")
-def k8s_cluster() -> Iterator[TestCluster]:
-    """A running cluster (etcd, apiserver, controller-manager, scheduler, node agent)."""
+def k8s_cluster(gcs_emulator: object) -> Iterator[TestCluster]:
+    """A running cluster (etcd, apiserver, controller-manager, scheduler, node agent).
+
+    Starts after the GCS emulator so the node agent (and so every pod) can reach it.
+    """
     failure = ""
     try:
         ensure_built(timeout=BUILD_TIMEOUT_S)

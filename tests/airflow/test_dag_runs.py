@@ -1,0 +1,116 @@
+"""End to end: real Airflow 3 ``dag.test()`` (triggers run inline) on the local backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kinetic_core as kc
+import pytest
+
+
+def run(dagbag: Any, dag_id: str, **kwargs: Any) -> tuple[Any, dict[tuple[str, int], Any]]:
+    dr = dagbag.get_dag(dag_id).test(**kwargs)
+    tis = {(ti.task_id, ti.map_index): ti for ti in dr.get_task_instances()}
+    return dr, tis
+
+
+def xcom(ti: Any, key: str = "return_value") -> Any:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.query(XComModel).filter_by(
+            dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index, key=key
+        ).one_or_none()
+        return None if row is None else XComModel.deserialize_value(row)
+
+
+def test_value_through_xcom(dagbag: Any) -> None:
+    dr, tis = run(dagbag, "kt_value")
+    assert dr.state == "success"
+    ti = tis[("add", -1)]
+    assert ti.state == "success"
+    assert xcom(ti) == 5
+    job_id = xcom(ti, "job_id")
+    assert job_id and kc.attach(job_id).state().status is kc.JobStatus.SUCCEEDED
+    assert xcom(ti, "kinetic_job_url").startswith("file://")
+
+
+def test_remote_failure_fails_the_run_with_traceback(dagbag: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    dr, tis = run(dagbag, "kt_failure")
+    assert dr.state == "failed"
+    assert tis[("explode", -1)].state == "failed"
+    out = "".join(capfd.readouterr())
+    assert "ValueError: boom-kt_failure" in out
+    assert 'raise ValueError(f"boom-{tag}")' in out  # remote traceback
+    assert "reason: Error" in out and "last 50 log lines" in out and "about to fail" in out
+
+
+def test_result_reference(dagbag: Any) -> None:
+    dr, tis = run(dagbag, "kt_reference")
+    assert dr.state == "success"
+    ref = xcom(tis[("big", -1)])
+    assert set(ref) == {"job_id", "result_uri", "output_dir", "storage"}
+    assert ref["result_uri"].endswith("/result.pkl")
+    value = kc.attach(ref["job_id"]).result()
+    assert value["rows"] == list(range(1000))
+
+
+def test_non_deferrable(dagbag: Any) -> None:
+    dr, tis = run(dagbag, "kt_nondeferrable")
+    assert dr.state == "success"
+    assert xcom(tis[("add", -1)]) == 42
+
+
+def test_task_kinetic_decorator_with_upstream_xcom(dagbag: Any) -> None:
+    import os
+
+    dr, tis = run(dagbag, "kt_decorator")
+    assert dr.state == "success"
+    value = xcom(tis[("evaluate", -1)])
+    assert value["total"] == 200  # 2 * (1+2+3+4) * 10
+    assert value["pid"] != os.getpid()  # the body ran remotely
+    job = kc.attach(xcom(tis[("evaluate", -1)], "job_id"))
+    assert job.tags["stage"] == "eval"
+
+
+def test_dynamic_mapping(dagbag: Any) -> None:
+    dr, tis = run(dagbag, "kt_mapped")
+    assert dr.state == "success"
+    assert [xcom(tis[("shard", i)]) for i in range(3)] == [0, 1, 4]
+    assert len({xcom(tis[("shard", i)], "job_id") for i in range(3)}) == 3
+
+
+def _sleep_then(value: int, seconds: float) -> int:
+    import time
+
+    time.sleep(seconds)
+    return value
+
+
+def test_sensor_on_job_submitted_outside_the_dag(dagbag: Any) -> None:
+    handle = kc.submit(_sleep_then, (7, 1.0), name="outside")
+    dr, tis = run(dagbag, "kt_sensor", run_conf={"job_id": handle.job_id})
+    assert dr.state == "success"
+    assert xcom(tis[("wait", -1)]) == 7
+    assert handle.result() == 7  # the owner can still collect it
+
+
+def test_sensor_on_failed_job_fails(dagbag: Any) -> None:
+    handle = kc.submit(_raise, name="outside-fail")
+    handle.wait(60)
+    dr, tis = run(dagbag, "kt_sensor", run_conf={"job_id": handle.job_id})
+    assert dr.state == "failed"
+    assert tis[("wait", -1)].state == "failed"
+
+
+def _raise() -> None:
+    raise RuntimeError("outside failure")
+
+
+def test_batch_operator(dagbag: Any) -> None:
+    dr, tis = run(dagbag, "kt_batch")
+    assert dr.state == "success"
+    ti = tis[("sweep", -1)]
+    assert xcom(ti) == [1, 4, 9]
+    assert xcom(ti, "group_id")

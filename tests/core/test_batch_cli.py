@@ -1,0 +1,226 @@
+"""``kinetic --storage URI batch list|status|results|cancel|cleanup`` end to end.
+
+Batches run on the real local backend; the CLI is driven through ``kinetic_core.cli.main``
+with its output captured. Exit codes: 0 ok, 1 the batch failed, 2 bad usage / kinetic error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kinetic_core as kc
+from kinetic_core.cli import main
+from tests.core import batch_helpers as h
+
+os.environ.setdefault("KINETIC_KILL_GRACE", "2")
+
+
+def kill_leftovers(root: Path) -> None:
+    for launch in root.glob("backend-local/*/launch.json"):
+        if (launch.parent / "exit.json").exists():
+            continue
+        try:
+            os.killpg(json.loads(launch.read_text())["pid"], signal.SIGKILL)
+        except (ProcessLookupError, ValueError, KeyError, PermissionError):
+            pass
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+    return value
+
+
+@dataclass
+class Batches:
+    root: Path
+    mixed: kc.BatchHandle  # inputs [1, 7, 3, 17, 5]: 7 and 17 fail
+    ok: kc.BatchHandle  # inputs [1, 2, 3]
+
+    @property
+    def uri(self) -> str:
+        return f"file://{self.root}"
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Batches]:
+    root = tmp_path_factory.mktemp("cli") / "store"
+    target = kc.Target(storage=f"file://{root}")
+    try:
+        mixed = kc.submit_map(h.square_or_fail, [1, 7, 3, 17, 5], target=target, name="mixed")
+        mixed.wait(timeout=120)
+        ok = kc.submit_map(h.square_or_fail, [1, 2, 3], target=target, name="ok")
+        ok.wait(timeout=120)
+        yield Batches(root, mixed, ok)
+    finally:
+        kill_leftovers(root)
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rich tables fold long ids in a narrow console; give them room."""
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.delenv("KINETIC_SIGNING_KEY", raising=False)
+
+
+def cli(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(["--storage", uri, "batch", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def last_json(out: str) -> Any:
+    """The JSON document a command printed after any progress output."""
+    return json.loads(out[out.rindex('{\n  "group_id"'):])
+
+
+def test_list_json_newest_first_with_counts(batches: Batches, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = cli(capsys, batches.uri, "list", "--json")
+    assert rc == 0
+    listed = json.loads(out)
+    assert [b["group_id"] for b in listed] == [batches.ok.group_id, batches.mixed.group_id]
+    mixed = listed[1]
+    assert mixed == {"group_id": batches.mixed.group_id, "name": "mixed", "total": 5,
+                     "submission_complete": True, "cancel_requested": False,
+                     "counts": {"SUCCEEDED": 3, "FAILED": 2}}
+    assert listed[0]["counts"] == {"SUCCEEDED": 3}
+
+    rc, out, _ = cli(capsys, batches.uri, "list", "--limit", "1", "--json")
+    assert rc == 0 and [b["group_id"] for b in json.loads(out)] == [batches.ok.group_id]
+
+
+def test_list_table(batches: Batches, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = cli(capsys, batches.uri, "list")
+    assert rc == 0
+    assert "2 batches" in out
+    assert batches.mixed.group_id in out and batches.ok.group_id in out
+    assert "FAILED=2" in out and "SUCCEEDED=3" in out
+
+
+def test_status_json_counts_and_exit_code(batches: Batches, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = cli(capsys, batches.uri, "status", batches.mixed.group_id, "--json")
+    assert rc == 1  # some children failed
+    assert json.loads(out)["counts"] == {"SUCCEEDED": 3, "FAILED": 2}
+
+    rc, out, _ = cli(capsys, batches.uri, "status", batches.ok.group_id, "--json")
+    assert rc == 0
+    summary = json.loads(out)
+    assert summary["counts"] == {"SUCCEEDED": 3} and summary["total"] == 3
+    assert summary["submission_complete"] is True
+
+
+@pytest.mark.timeout(60)
+def test_status_watch_finishes_on_a_completed_batch(batches: Batches, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = cli(capsys, batches.uri, "status", batches.mixed.group_id, "--watch", "--json")
+    assert rc == 1
+    assert last_json(out)["counts"] == {"SUCCEEDED": 3, "FAILED": 2}
+    assert "5/5" in out  # the progress bar reached the end
+
+    rc, out, _ = cli(capsys, batches.uri, "status", batches.ok.group_id, "--watch")
+    assert rc == 0 and "3/3" in out
+
+
+@pytest.mark.timeout(60)
+def test_results_of_a_failed_batch_exit_1_and_print_the_errors(
+    batches: Batches, capsys: pytest.CaptureFixture[str]
+) -> None:
+    group_id = batches.mixed.group_id
+    rc, out, err = cli(capsys, batches.uri, "results", group_id, "--keep")
+    assert rc == 1
+    assert f"Batch {group_id}: 2 of 5 jobs failed" in err
+    jobs = batches.mixed.jobs
+    for i in (1, 3):
+        job = jobs[i]
+        assert job is not None
+        assert job.job_id in err
+        assert f"ValueError: input {[1, 7, 3, 17, 5][i]} is bad" in err
+    assert out == ""
+
+    rc, out, err = cli(capsys, batches.uri, "results", group_id, "--keep", "--json")
+    assert rc == 1
+    assert json.loads(out) == {"group_id": group_id, "partial_results": [1, None, 9, None, 25]}
+
+
+@pytest.mark.timeout(60)
+def test_results_of_a_good_batch(batches: Batches, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = cli(capsys, batches.uri, "results", batches.ok.group_id, "--keep", "--json")
+    assert rc == 0 and err == ""
+    assert json.loads(out) == {"group_id": batches.ok.group_id, "results": [1, 4, 9]}
+    rc, out, _ = cli(capsys, batches.uri, "results", batches.ok.group_id, "--keep")
+    assert rc == 0 and "[1, 4, 9]" in out
+
+
+@pytest.mark.parametrize(("group_id", "message"), [
+    ("no-such-batch-123", "No batch 'no-such-batch-123'"),
+    ("Not/A/Valid/Id", "Invalid group id"),
+])
+@pytest.mark.parametrize("command", ["status", "results", "cancel", "cleanup"])
+def test_unknown_or_invalid_group_is_exit_2(
+    batches: Batches, capsys: pytest.CaptureFixture[str], command: str, group_id: str, message: str
+) -> None:
+    rc, out, err = cli(capsys, batches.uri, command, group_id)
+    assert rc == 2
+    assert err.startswith("error: ") and message in err
+    assert not (batches.root / "batches" / "no-such-batch-123").exists()
+
+
+@pytest.fixture
+def own_store(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "store"
+    yield root
+    kill_leftovers(root)
+
+
+@pytest.mark.timeout(120)
+def test_cancel_then_results(own_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = f"file://{own_store}"
+    never = str(tmp_path / "never-opened")
+    batch = kc.submit_map(h.gated, [(i, never) for i in range(3)], target=kc.Target(storage=uri),
+                          max_concurrency=3)
+    batch.wait_submitted(60)
+    wait_until(lambda: batch.statuses() == ["RUNNING"] * 3, 60, "3 running children")
+
+    rc, out, _ = cli(capsys, uri, "cancel", batch.group_id)
+    assert rc == 0 and out.strip() == f"{batch.group_id}: cancel requested"
+    assert (own_store / "batches" / batch.group_id / "state" / "cancel_requested").exists()
+    wait_until(lambda: batch.statuses() == ["CANCELLED"] * 3, 60, "3 cancelled children")
+
+    rc, out, _ = cli(capsys, uri, "status", batch.group_id, "--json")
+    summary = json.loads(out)
+    assert summary["counts"] == {"CANCELLED": 3} and summary["cancel_requested"] is True
+
+    rc, out, err = cli(capsys, uri, "results", batch.group_id, "--timeout", "60")
+    assert rc == 1
+    assert f"Batch {batch.group_id}: 3 of 3 jobs failed" in err
+    assert err.count("Cancelled") >= 3
+
+
+@pytest.mark.timeout(120)
+def test_cleanup_frees_backend_and_stored_envelopes(own_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = f"file://{own_store}"
+    batch = kc.submit_map(h.square_or_fail, [2, 7], target=kc.Target(storage=uri))
+    assert batch.wait(timeout=90) == ["SUCCEEDED", "FAILED"]
+    jobs = [j for j in batch.jobs if j]
+    assert all((own_store / "backend-local" / j.job_id).exists() for j in jobs)
+
+    rc, out, _ = cli(capsys, uri, "cleanup", batch.group_id)
+    assert rc == 0 and out.strip() == f"{batch.group_id}: cleaned up"
+    for job in jobs:
+        assert not (own_store / "backend-local" / job.job_id).exists()
+        assert not (own_store / "jobs" / job.job_id / "payload.pkl").exists()
+        assert not (own_store / "jobs" / job.job_id / "result.pkl").exists()
+    rc, out, _ = cli(capsys, uri, "status", batch.group_id, "--json")
+    assert rc == 1 and json.loads(out)["counts"] == {"SUCCEEDED": 1, "FAILED": 1}

@@ -1,0 +1,29 @@
+"""Job bodies for the Kubernetes tests, shipped by value (pods do not import tests/)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def square(x: int) -> dict[str, object]:
+    return {"square": x * x, "job_id": os.environ.get("KINETIC_JOB_ID")}
+
+
+def talk_then_exit(lines: int, code: int) -> None:
+    for i in range(lines):
+        print(f"step {i}", flush=True)
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def slow_talk(lines: int, pause: float) -> int:
+    for i in range(lines):
+        print(f"tick {i}", flush=True)
+        time.sleep(pause)
+    return lines
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)

@@ -1,0 +1,58 @@
+"""Functions the tests run remotely (importable by the job processes)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def double(x: int) -> int:
+    print(f"doubling {x}")
+    return 2 * x
+
+
+def add(a: int, b: int = 0) -> int:
+    return a + b
+
+
+class BoomError(ValueError):
+    pass
+
+
+def boom(message: str) -> None:
+    raise BoomError(message)
+
+
+def fail_first(marker: str) -> str:
+    """Fails on the first call, succeeds afterwards (the marker file remembers)."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("failed once")
+        raise RuntimeError("first attempt fails")
+    return "ok on retry"
+
+
+def count_call(counter: str, value: int) -> int:
+    with open(counter, "a") as fh:
+        fh.write(f"{os.getpid()}\n")
+    return value * 10
+
+
+def sleepy(seconds: float) -> str:
+    print("started sleeping", flush=True)
+    time.sleep(seconds)
+    return "woke up"
+
+
+def chatty(n: int, pause: float) -> int:
+    for i in range(n):
+        print(f"remote line {i}", flush=True)
+        time.sleep(pause)
+    return n
+
+
+def maybe_fail(x: int) -> int:
+    if x % 3 == 0:
+        raise ValueError(f"bad input {x}")
+    return x * x

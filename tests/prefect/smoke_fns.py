@@ -1,3 +1,0 @@
-def double(x):
-    print(f"doubling {x}")
-    return 2 * x

@@ -1,0 +1,70 @@
+"""kinetic_map: one batch, results in order, progress and failure artifacts."""
+
+from __future__ import annotations
+
+import asyncio
+
+import fns
+import pytest
+from helpers import flow_run_artifacts
+from prefect import flow
+
+import kinetic_core as kc
+from kinetic_prefect import kinetic_map, kinetic_task
+
+square = kinetic_task(fns.maybe_fail, log_interval=0.3)
+
+
+def test_kinetic_map_results_in_order_with_progress_artifact() -> None:
+    @flow
+    async def sweep() -> list[int]:
+        return await kinetic_map(fns.add, inputs=[(i, 100) for i in range(6)],
+                                 max_concurrency=3, progress_interval=0.3)
+
+    state = asyncio.run(sweep(return_state=True))
+    assert state.result() == [100 + i for i in range(6)]
+    artifacts = flow_run_artifacts(state.state_details.flow_run_id)
+    (progress,) = [a for a in artifacts if a.type == "progress"]
+    assert progress.key is not None and progress.key.startswith("kinetic-batch-")
+    assert float(progress.data) == 100.0
+    assert "6/6" in (progress.description or "") and "succeeded: 6" in (progress.description or "")
+    assert not [a for a in artifacts if a.type == "table"]
+
+
+def test_kinetic_map_return_exceptions_and_failure_table() -> None:
+    @flow
+    def sweep_sync() -> list[object]:
+        return kinetic_map(square, inputs=[1, 2, 3, 4], return_exceptions=True, progress_interval=0.3)
+
+    state = sweep_sync(return_state=True)
+    values = state.result()
+    assert values[0] == 1 and values[1] == 4 and values[3] == 16
+    assert isinstance(values[2], ValueError) and "bad input 3" in str(values[2])
+    (table,) = [a for a in flow_run_artifacts(state.state_details.flow_run_id) if a.type == "table"]
+    assert "bad input 3" in table.data and "FAILED" in table.data
+
+
+def test_kinetic_map_failure_raises_batch_error_and_retry_reattaches() -> None:
+    failing = kinetic_task(fns.maybe_fail, retries=1, retry_delay_seconds=0, log_interval=0.3)
+
+    @flow
+    def sweep_failing() -> list[int]:
+        return kinetic_map(failing, inputs=[1, 3], progress_interval=0.3)
+
+    state = sweep_failing(return_state=True)
+    exc = state.result(raise_on_failure=False)
+    assert isinstance(exc, kc.BatchError)
+    assert exc.partial_results[0] == 1 and len(exc.failures) == 1
+    # the Prefect retry reattached to the same batch: one job per input, not two
+    assert len(kc.list_jobs(name="maybe_fail")) == 2
+
+
+@pytest.mark.parametrize("bad", [{"max_concurrency": 0}, {"input_mode": "weird"}])
+def test_kinetic_map_bad_options(bad: dict[str, object]) -> None:
+    @flow
+    def sweep_bad() -> list[int]:
+        return kinetic_map(fns.add, inputs=[1, 2], **bad)  # type: ignore[arg-type]
+
+    exc = sweep_bad(return_state=True).result(raise_on_failure=False)
+    assert isinstance(exc, kc.ConfigError)
+    assert kc.list_jobs() == []
