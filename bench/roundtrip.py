@@ -181,7 +181,10 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         submitit_executor.submit(noop).result()
         return time.perf_counter() - t0
 
-    variants: dict[str, Callable[[], float]] = {"bare python -c pass": time_bare, "kinetic": kinetic_rt}
+    variants: dict[str, Callable[[], float]] = {
+        "bare python -c pass": time_bare,
+        "kinetic": kinetic_rt,
+    }
     if submitit_executor is not None:
         variants["submitit LocalExecutor"] = submitit_rt
     print(f"load average before: {load_avg()}  (cores: {os.cpu_count()})")
@@ -229,7 +232,8 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     bare_start = med([time_bare() for _ in range(args.importtime_repeats)])
     for module in ("kinetic_core.backends.local_supervisor", "kinetic_core.runner"):
         total, top = importtime(module, args.importtime_repeats)
-        print(f"  import {module}: {ms(total)} cumulative (bare interpreter start {ms(bare_start)})")
+        print(f"  import {module}: {ms(total)} cumulative "
+              f"(bare interpreter start {ms(bare_start)})")
         for name, value in top:
             print(f"      {name:<36}{ms(value)}")
     print(f"\nJob-side startup, wall of `python -c IMPORTS`, median of {args.importtime_repeats}")

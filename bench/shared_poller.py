@@ -125,7 +125,9 @@ async def shared_phase(handles: list[Any], counter: PollCounter, args: argparse.
     return result
 
 
-async def per_waiter_phase(handles: list[Any], counter: PollCounter, args: argparse.Namespace) -> Any:
+async def per_waiter_phase(
+    handles: list[Any], counter: PollCounter, args: argparse.Namespace
+) -> Any:
     async def loop(handle: Any) -> None:
         while True:
             state = await asyncio.to_thread(handle.state)

@@ -33,12 +33,12 @@ from kinetic_core.ids import key_digest, new_id, validate_id
 from kinetic_core.jobs import JobHandle, load_handle, submit
 from kinetic_core.payload import load_envelope
 from kinetic_core.polling import poll_ticks, shared_poller
+from kinetic_core.procs import process_alive, start_ticks
 from kinetic_core.status import JobState, JobStatus, resolve_states
 from kinetic_core.storage import Storage, open_storage
 
 INPUT_MODES = ("auto", "args", "kwargs", "single")
 DEFAULT_POLL_TIMEOUT = 24 * 3600.0  # an attached batch never waits forever by default
-HEARTBEAT_EVERY = 5.0
 STALE_AFTER = 60.0  # a submitter silent this long is presumed dead
 SUBMIT_FAILED = "SUBMIT_FAILED"
 UNSUBMITTED = "UNSUBMITTED"
@@ -68,6 +68,18 @@ def _to_call(item: Any, mode: str, index: int) -> tuple[tuple[Any, ...], dict[st
             "Use input_mode='single' to pass dicts as one argument."
         )
     return (), dict(item)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the submitting process needs to launch the children."""
+
+    fn: Callable[..., Any]
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]]
+    target: Target
+    name: str
+    tags: dict[str, str]
+    max_concurrency: int
 
 
 @dataclass
@@ -137,6 +149,16 @@ class BatchHandle:
                 continue
             self._records[index] = ChildRecord(data["index"], data["attempts"], data.get("error"))
 
+    def _reload(self, index: int) -> ChildRecord | None:
+        try:
+            data = json.loads(self._storage.read_bytes(self._key(f"children/{index}.json")))
+        except (FileNotFoundError, ValueError):
+            return self._records.get(index)
+        rec = ChildRecord(data["index"], data["attempts"], data.get("error"))
+        with self._lock:
+            self._records[index] = rec
+        return rec
+
     def _handle(self, job_id: str) -> JobHandle:
         if job_id not in self._handles:
             self._handles[job_id] = load_handle(self._storage, job_id, self.signing_key)
@@ -172,7 +194,7 @@ class BatchHandle:
             beat = json.loads(self._storage.read_bytes(self._key("state/submitter.json")))
         except (FileNotFoundError, ValueError):
             beat = {"at": self.manifest["created_at"]}
-        return time.time() - beat["at"] > STALE_AFTER or not _pid_alive(beat)
+        return time.time() - beat["at"] > STALE_AFTER or not _submitter_alive(beat)
 
     @property
     def submission_failures(self) -> dict[int, BaseException]:
@@ -183,7 +205,13 @@ class BatchHandle:
                 failures[i] = self._errors.get(i) or SubmissionError(
                     f"{rec.error['type']}: {rec.error['message']}"
                 )
-        if self.submission_abandoned:
+        if self.cancel_requested and self.submission_complete:
+            for i in range(self.total):
+                if i not in self._records:
+                    failures[i] = JobCancelled(
+                        f"Child {i} was not submitted: the batch was cancelled."
+                    )
+        elif self.submission_abandoned:
             for i in range(self.total):
                 if i not in self._records:
                     failures[i] = SubmissionError(
@@ -369,56 +397,59 @@ class BatchHandle:
             self._submitter.join(timeout)
 
     # ---- submission (background thread of the submitting process) ---------------------
-    def _start(
-        self,
-        fn: Callable[..., Any],
-        calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
-        target: Target,
-        name: str,
-        tags: dict[str, str],
-        max_concurrency: int,
-    ) -> None:
+    def _start(self, plan: _Plan) -> None:
         self._refresh()  # a resubmission knows what the first submitter recorded
         self._submitter = threading.Thread(
             target=self._submit_all,
-            args=(fn, calls, target, name, tags, max_concurrency),
+            args=(plan,),
             name=f"kinetic-batch-{self.group_id}",
             daemon=True,
         )
         self._submitter.start()
 
-    def _submit_all(
-        self,
-        fn: Callable[..., Any],
-        calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
-        target: Target,
-        name: str,
-        tags: dict[str, str],
-        max_concurrency: int,
-    ) -> None:
+    def _submit_all(self, plan: _Plan) -> None:
         inflight: list[JobHandle] = []
         last_check = 0.0
-        for index, (args, kwargs) in enumerate(calls):
+        recorded = [i for i, r in self._records.items() if r.attempts]
+        latest = (
+            resolve_states([self._handle(self._records[i].attempts[-1]) for i in recorded])
+            if recorded
+            else []
+        )
+        redo = {
+            i
+            for i, st in zip(recorded, latest, strict=True)
+            if st.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+        }
+        for index, (args, kwargs) in enumerate(plan.calls):
             now = time.time()
             if now - last_check > 1.0:
                 last_check = now
                 self._beat()
                 if self.cancel_requested:
+                    self._set_marker("submission_complete")
                     return
             rec = self._records.get(index)
-            if rec is not None and rec.attempts:
+            if rec is not None and rec.attempts and index not in redo:
                 continue  # submitted by an earlier submitter (idempotent resubmission)
-            inflight = self._wait_for_slot(inflight, max_concurrency)
+            inflight = self._wait_for_slot(inflight, plan.max_concurrency)
+            if self.cancel_requested:
+                self._set_marker("submission_complete")
+                return
             try:
                 job = submit(
-                    fn,
+                    plan.fn,
                     args,
                     kwargs,
-                    target=target,
-                    name=name,
+                    target=plan.target,
+                    name=plan.name,
                     idempotency_key=self.child_key(index),
                     reuse_succeeded=True,
-                    tags={**tags, "kinetic/group-id": self.group_id, "kinetic/index": str(index)},
+                    tags={
+                        **plan.tags,
+                        "kinetic/group-id": self.group_id,
+                        "kinetic/index": str(index),
+                    },
                 )
             except Exception as exc:
                 self._errors[index] = exc
@@ -427,7 +458,10 @@ class BatchHandle:
                 )
                 continue
             self._handles[job.job_id] = job
-            self._save(ChildRecord(index, [job.job_id]))
+            previous = rec.attempts if rec is not None else []
+            self._save(
+                ChildRecord(index, previous if job.job_id in previous else [*previous, job.job_id])
+            )
             inflight.append(job)
         self._set_marker("submission_complete")
 
@@ -444,7 +478,12 @@ class BatchHandle:
         return inflight
 
     def _beat(self) -> None:
-        beat = {"at": time.time(), "host": socket.gethostname(), "pid": os.getpid()}
+        beat = {
+            "at": time.time(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "start_ticks": start_ticks(os.getpid()),
+        }
         self._storage.write_bytes(self._key("state/submitter.json"), json.dumps(beat).encode())
 
     def child_key(self, index: int) -> str:
@@ -463,7 +502,7 @@ class BatchHandle:
             call["fn"],
             call["args"],
             call["kwargs"],
-            target=failed.target,
+            target=Target.from_dict({**failed.target, "signing_key": self.signing_key}),
             name=failed.name,
             tags=failed.tags,
             idempotency_key=self.child_key(index),
@@ -475,16 +514,10 @@ class BatchHandle:
         return job
 
 
-def _pid_alive(beat: dict[str, Any]) -> bool:
+def _submitter_alive(beat: dict[str, Any]) -> bool:
     if beat.get("host") != socket.gethostname() or "pid" not in beat:
         return True  # cannot tell from here: rely on the heartbeat age
-    try:
-        os.kill(beat["pid"], 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
+    return process_alive(beat["pid"], beat.get("start_ticks"))
 
 
 class _Tracker:
@@ -509,6 +542,10 @@ class _Tracker:
                 continue
             index = self.batch._index_of(handle)
             rec = self.batch._records.get(index)
+            if state.status is JobStatus.FAILED and not self.batch.cancel_requested:
+                rec = self.batch._reload(index)
+                if rec is not None and rec.attempts and rec.attempts[-1] != handle.job_id:
+                    continue  # another process already retried it: follow that attempt
             attempts = len(rec.attempts) if rec else 1
             if (
                 state.status is JobStatus.FAILED
@@ -608,8 +645,8 @@ def submit_map(
                 f"{manifest['total_expected']} inputs, not {len(calls)}: use a new key for new inputs."
             ) from None
     batch = BatchHandle(manifest, signing_key=resolved.signing_key)
-    if not (idempotency_key and batch.submission_complete):
-        batch._start(fn, calls, resolved, batch_name, all_tags, max_concurrency)
+    if not (idempotency_key and batch.cancel_requested):
+        batch._start(_Plan(fn, calls, resolved, batch_name, all_tags, max_concurrency))
     return batch
 
 

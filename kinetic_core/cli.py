@@ -201,7 +201,7 @@ def batch_status(args: argparse.Namespace) -> int:
         _emit_json(summary)
     else:
         _console().print(summary)
-    bad = summary["counts"].get("FAILED", 0) + summary["counts"].get(SUBMIT_FAILED, 0)
+    bad = sum(summary["counts"].get(k, 0) for k in ("FAILED", "CANCELLED", SUBMIT_FAILED))
     return 1 if bad else 0
 
 

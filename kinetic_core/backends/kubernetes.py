@@ -180,7 +180,9 @@ class KubernetesBackend:
                         self._api = client.ApiClient(cfg)
                     else:  # KUBECONFIG read now, not when the client module was imported
                         self._api = config.new_client_from_config(
-                            config_file=os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0],
+                            config_file=os.environ.get("KUBECONFIG", "~/.kube/config").split(
+                                os.pathsep
+                            )[0],
                             context=self.context,
                         )
                     self._api.user_agent = USER_AGENT

@@ -21,6 +21,7 @@ from typing import Any
 from kinetic_core.backends import BackendState, LaunchSpec
 from kinetic_core.config import Target
 from kinetic_core.errors import SubmissionError
+from kinetic_core.procs import process_alive, start_ticks
 
 LOG_CHUNK = 1 << 20
 # Supervisors this process launched, kept so they are reaped (no zombies) once they exit.
@@ -38,28 +39,8 @@ def default_local_dir(target: Target) -> str:
     return os.path.expanduser(f"~/.kinetic/backend-local/{digest}")
 
 
-def _proc_start_ticks(pid: int) -> int | None:
-    """Process start time from /proc (guards against pid reuse); None where unavailable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[19]) if fields[0] != b"Z" else -1
-
-
 def _alive(launch: dict[str, Any]) -> bool:
-    pid = launch["pid"]
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    ticks = _proc_start_ticks(pid)
-    if ticks == -1:  # zombie: dead, only not yet reaped by its parent
-        return False
-    return ticks is None or launch.get("start_ticks") in (None, ticks)
+    return process_alive(launch["pid"], launch.get("start_ticks"))
 
 
 class LocalBackend:
@@ -117,7 +98,7 @@ class LocalBackend:
             )
         record = {
             "pid": proc.pid,
-            "start_ticks": _proc_start_ticks(proc.pid),
+            "start_ticks": start_ticks(proc.pid),
             "host": socket.gethostname(),
             "launched_at": time.time(),
             "labels": spec.labels,

@@ -6,9 +6,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import kinetic_core as kc
 from airflow.sdk.bases.decorator import DecoratedOperator, task_decorator_factory
 
+import kinetic_core as kc
 from kinetic_airflow.operators import KineticOperator
 
 TARGET_FIELDS = frozenset(f.name for f in dataclasses.fields(kc.Target)) - {"signing_key"}
@@ -21,10 +21,19 @@ class _KineticDecoratedOperator(DecoratedOperator, KineticOperator):
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py", "target": "json"}
     custom_operator_name = "@task.kinetic"
 
-    def __init__(self, *, python_callable: Callable[..., Any], op_args: Any, op_kwargs: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *, python_callable: Callable[..., Any], op_args: Any, op_kwargs: Any, **kwargs: Any
+    ) -> None:
         super().__init__(
-            kwargs_to_upstream={"python_callable": python_callable, "op_args": op_args, "op_kwargs": op_kwargs},
-            python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, **kwargs,
+            kwargs_to_upstream={
+                "python_callable": python_callable,
+                "op_args": op_args,
+                "op_kwargs": op_kwargs,
+            },
+            python_callable=python_callable,
+            op_args=op_args,
+            op_kwargs=op_kwargs,
+            **kwargs,
         )
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import kinetic_core as kc
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+
+import kinetic_core as kc
 
 DEFAULT_CONN_ID = "kinetic_default"
 _LEGACY_PREFIX = "extra__kinetic__"
@@ -23,7 +24,7 @@ def target_from_connection(conn: Any) -> kc.Target:
         raise kc.ConfigError(f"Connection {conn.conn_id!r}: extra must be a JSON object.")
     fields: dict[str, Any] = {}
     for key, value in extra.items():
-        name = key[len(_LEGACY_PREFIX):] if key.startswith(_LEGACY_PREFIX) else key
+        name = key[len(_LEGACY_PREFIX) :] if key.startswith(_LEGACY_PREFIX) else key
         if value is None or value == "":
             continue
         fields[name] = value
@@ -60,7 +61,9 @@ class KineticHook(BaseHook):
 
     def _missing(self, exc: Exception) -> kc.Target:
         if self.kinetic_conn_id == DEFAULT_CONN_ID:
-            self.log.debug("No %s connection: using KINETIC_* environment and defaults.", DEFAULT_CONN_ID)
+            self.log.debug(
+                "No %s connection: using KINETIC_* environment and defaults.", DEFAULT_CONN_ID
+            )
             return kc.Target()
         raise AirflowNotFoundException(
             f"Kinetic connection {self.kinetic_conn_id!r} is not defined. Create it (type 'kinetic'), "

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import kinetic_core as kc
 from airflow.sdk import BaseOperatorLink
+
+import kinetic_core as kc
 
 XCOM_JOB_URL = "kinetic_job_url"
 
@@ -14,7 +15,7 @@ def job_url(handle: kc.JobHandle) -> str:
     """A URL a person can open: GCS console for gs:// storage, else the job folder URI."""
     location = handle.location
     if location.startswith("gs://"):
-        return "https://console.cloud.google.com/storage/browser/" + location[len("gs://"):]
+        return "https://console.cloud.google.com/storage/browser/" + location[len("gs://") :]
     return location
 
 

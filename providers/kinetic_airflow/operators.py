@@ -11,10 +11,9 @@ import json
 import time
 import traceback
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
-import kinetic_core as kc
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import (
     AirflowException,
@@ -23,6 +22,7 @@ from airflow.sdk.exceptions import (
     TaskDeferralTimeout,
 )
 
+import kinetic_core as kc
 from kinetic_airflow.hooks import DEFAULT_CONN_ID, KineticHook
 from kinetic_airflow.links import XCOM_JOB_URL, KineticJobLink, job_url
 from kinetic_airflow.triggers import EVENT_ERROR, KineticBatchTrigger, KineticJobTrigger
@@ -92,7 +92,9 @@ def describe_failure(handle: kc.JobHandle, exc: BaseException, log_tail: str | N
     if log_tail is None:
         log_tail = getattr(exc, "log_tail", None) or _safe_tail(handle)
     if log_tail and log_tail.strip():
-        parts.append(f"--- last {LOG_TAIL_LINES} log lines of {handle.job_id} ---\n{log_tail.rstrip()}")
+        parts.append(
+            f"--- last {LOG_TAIL_LINES} log lines of {handle.job_id} ---\n{log_tail.rstrip()}"
+        )
     return "\n".join(parts)
 
 
@@ -125,11 +127,21 @@ class _KineticBase(BaseOperator):
         if isinstance(target, dict):
             kc.Target.from_dict(target)  # unknown options fail at DAG parse
         elif not (target is None or isinstance(target, kc.Target | str)):
-            raise kc.ConfigError(f"target must be a dict, a kinetic_core.Target or None, not {type(target).__name__}.")
-        if isinstance(poll_interval, bool) or not isinstance(poll_interval, int | float) or poll_interval <= 0:
-            raise kc.ConfigError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}.")
+            raise kc.ConfigError(
+                f"target must be a dict, a kinetic_core.Target or None, not {type(target).__name__}."
+            )
+        if (
+            isinstance(poll_interval, bool)
+            or not isinstance(poll_interval, int | float)
+            or poll_interval <= 0
+        ):
+            raise kc.ConfigError(
+                f"poll_interval must be a positive number of seconds, got {poll_interval!r}."
+            )
         self.kinetic_conn_id = kinetic_conn_id
-        self.target = target.to_dict(include_secrets=True) if isinstance(target, kc.Target) else target
+        self.target = (
+            target.to_dict(include_secrets=True) if isinstance(target, kc.Target) else target
+        )
         self.deferrable = deferrable
         self.poll_interval = float(poll_interval)
         self.cancel_on_kill = cancel_on_kill
@@ -148,14 +160,18 @@ class _KineticBase(BaseOperator):
                 target = target.merge({"poll_interval": self.poll_interval})
             target.resolve()  # validate now; submit resolves again
         except (kc.ConfigError, ValueError, AirflowNotFoundException) as exc:
-            raise AirflowFailException(f"Invalid kinetic configuration for task {self.task_id}: {exc}") from exc
+            raise AirflowFailException(
+                f"Invalid kinetic configuration for task {self.task_id}: {exc}"
+            ) from exc
         return target
 
     def job_tags_for(self, context: Mapping[str, Any]) -> dict[str, str]:
         ti = context["ti"]
         tags = {
-            "airflow-dag-id": ti.dag_id, "airflow-task-id": ti.task_id,
-            "airflow-run-id": ti.run_id, "airflow-map-index": str(ti.map_index),
+            "airflow-dag-id": ti.dag_id,
+            "airflow-task-id": ti.task_id,
+            "airflow-run-id": ti.run_id,
+            "airflow-map-index": str(ti.map_index),
         }
         tags.update(self.job_tags or {})
         return tags
@@ -174,21 +190,27 @@ class _KineticBase(BaseOperator):
         start = getattr(context["ti"], "start_date", None)
         elapsed = 0.0
         if start is not None:
-            from datetime import datetime, timezone
+            from datetime import datetime
 
-            elapsed = (datetime.now(timezone.utc) - start).total_seconds()
+            elapsed = (datetime.now(UTC) - start).total_seconds()
         return max(self.execution_timeout - timedelta(seconds=elapsed), timedelta(seconds=1))
 
-    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
+    def resume_execution(
+        self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any
+    ) -> Any:
         try:
             return super().resume_execution(next_method, next_kwargs, context)
         except TaskDeferralTimeout:
             if self.cancel_on_kill:
-                self.log.warning("execution_timeout reached while deferred: cancelling the kinetic work.")
+                self.log.warning(
+                    "execution_timeout reached while deferred: cancelling the kinetic work."
+                )
                 self.cancel_from_context(context)
             raise
 
-    def cancel_from_context(self, context: Mapping[str, Any]) -> None:  # pragma: no cover - overridden
+    def cancel_from_context(
+        self, context: Mapping[str, Any]
+    ) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
 
@@ -248,19 +270,33 @@ class KineticOperator(_KineticBase):
         key = self.key_for(context)
         started = time.time()
         if not isinstance(self.op_args, list | tuple):
-            raise AirflowFailException(f"op_args must render to a list, got {type(self.op_args).__name__}.")
+            raise AirflowFailException(
+                f"op_args must render to a list, got {type(self.op_args).__name__}."
+            )
         if not isinstance(self.op_kwargs, dict):
-            raise AirflowFailException(f"op_kwargs must render to a dict, got {type(self.op_kwargs).__name__}.")
+            raise AirflowFailException(
+                f"op_kwargs must render to a dict, got {type(self.op_kwargs).__name__}."
+            )
         try:
             handle = kc.submit(
-                self.python_callable, list(self.op_args), dict(self.op_kwargs), target=target,
-                idempotency_key=key, name=self.job_name or self.task_id, tags=self.job_tags_for(context),
+                self.python_callable,
+                list(self.op_args),
+                dict(self.op_kwargs),
+                target=target,
+                idempotency_key=key,
+                name=self.job_name or self.task_id,
+                tags=self.job_tags_for(context),
             )
         except (kc.SerializationError, kc.ConfigError) as exc:
             raise AirflowFailException(f"Cannot submit task {self.task_id}: {exc}") from exc
         verb = "Reattached to" if handle.created_at < started else "Submitted"
-        self.log.info("%s kinetic job %s (attempt %s) at %s", verb, handle.job_id, handle.attempt,
-                      handle.location)
+        self.log.info(
+            "%s kinetic job %s (attempt %s) at %s",
+            verb,
+            handle.job_id,
+            handle.attempt,
+            handle.location,
+        )
         self._handle = handle
         ti = context["ti"]
         ti.xcom_push(key="job_id", value=handle.job_id)
@@ -276,8 +312,10 @@ class KineticOperator(_KineticBase):
         if self.deferrable:
             self.defer(
                 trigger=KineticJobTrigger(
-                    handle=handle.to_json(), kinetic_conn_id=self.kinetic_conn_id,
-                    poll_interval=self.poll_interval, stream_logs=self.stream_logs,
+                    handle=handle.to_json(),
+                    kinetic_conn_id=self.kinetic_conn_id,
+                    poll_interval=self.poll_interval,
+                    stream_logs=self.stream_logs,
                     cancel_on_kill=self.cancel_on_kill,
                 ),
                 method_name="execute_complete",
@@ -327,8 +365,11 @@ class KineticOperator(_KineticBase):
         """Non-deferrable mode (and execution_timeout): cancel the job we are waiting on."""
         if self.cancel_on_kill and self._handle is not None:
             cancelled = self._handle.cancel()
-            self.log.info("Kinetic job %s %s", self._handle.job_id,
-                          "cancelled" if cancelled else "had already finished")
+            self.log.info(
+                "Kinetic job %s %s",
+                self._handle.job_id,
+                "cancelled" if cancelled else "had already finished",
+            )
 
     def cancel_from_context(self, context: Mapping[str, Any]) -> None:
         ti = context["ti"]
@@ -386,15 +427,24 @@ class KineticBatchOperator(_KineticBase):
         started = time.time()
         try:
             batch = kc.submit_map(
-                self.python_callable, self.inputs, target=target, max_concurrency=self.max_concurrency,
-                retries=self.child_retries, input_mode=self.input_mode,
-                name=self.job_name or self.task_id, tags=self.job_tags_for(context),
+                self.python_callable,
+                self.inputs,
+                target=target,
+                max_concurrency=self.max_concurrency,
+                retries=self.child_retries,
+                input_mode=self.input_mode,
+                name=self.job_name or self.task_id,
+                tags=self.job_tags_for(context),
                 idempotency_key=self.key_for(context),
             )
         except (kc.SerializationError, kc.ConfigError, kc.SubmissionError) as exc:
-            raise AirflowFailException(f"Cannot submit batch for task {self.task_id}: {exc}") from exc
+            raise AirflowFailException(
+                f"Cannot submit batch for task {self.task_id}: {exc}"
+            ) from exc
         self._batch = batch
-        verb = "Reattached to" if batch.manifest.get("created_at", started) < started else "Submitted"
+        verb = (
+            "Reattached to" if batch.manifest.get("created_at", started) < started else "Submitted"
+        )
         self.log.info("%s kinetic batch %s (%s inputs)", verb, batch.group_id, batch.total)
         context["ti"].xcom_push(key="group_id", value=batch.group_id)
         _store_set(state_store(context), "kinetic_group_id", batch.group_id)
@@ -402,8 +452,10 @@ class KineticBatchOperator(_KineticBase):
         if self.deferrable:
             self.defer(
                 trigger=KineticBatchTrigger(
-                    batch=batch.to_json(), kinetic_conn_id=self.kinetic_conn_id,
-                    poll_interval=self.poll_interval, cancel_on_kill=self.cancel_on_kill,
+                    batch=batch.to_json(),
+                    kinetic_conn_id=self.kinetic_conn_id,
+                    poll_interval=self.poll_interval,
+                    cancel_on_kill=self.cancel_on_kill,
                 ),
                 method_name="execute_complete",
                 timeout=self.defer_timeout(context),
@@ -438,7 +490,9 @@ class KineticBatchOperator(_KineticBase):
             self.log.error("%s", message)
             raise KineticJobError(message) from exc
         if self.return_exceptions:
-            values = [f"{type(v).__name__}: {v}" if isinstance(v, BaseException) else v for v in values]
+            values = [
+                f"{type(v).__name__}: {v}" if isinstance(v, BaseException) else v for v in values
+            ]
         _store_set(state_store(context), STORE_DELIVERED, batch.group_id)
         return values
 

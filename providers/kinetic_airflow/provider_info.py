@@ -31,8 +31,11 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Detached, reattachable accelerator jobs (kinetic-workflows) for Airflow 3.",
         "versions": ["0.1.0"],
         "integrations": [
-            {"integration-name": "Kinetic", "external-doc-url": "https://github.com/kinetic-workflows",
-             "tags": ["software"]},
+            {
+                "integration-name": "Kinetic",
+                "external-doc-url": "https://github.com/kinetic-workflows",
+                "tags": ["software"],
+            },
         ],
         "operators": [
             {"integration-name": "Kinetic", "python-modules": ["kinetic_airflow.operators"]},

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-import kinetic_core as kc
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
+import kinetic_core as kc
 from kinetic_airflow.hooks import DEFAULT_CONN_ID, KineticHook
 from kinetic_airflow.operators import KineticJobError, describe_failure
 from kinetic_airflow.triggers import EVENT_ERROR, KineticJobTrigger
@@ -57,11 +57,15 @@ class KineticJobSensor(BaseSensorOperator):
             target = KineticHook(self.kinetic_conn_id).get_target(self.target)
             return kc.attach(job_id, target=target)
         except (kc.ConfigError, kc.JobNotFound, AirflowNotFoundException) as exc:
-            raise AirflowException(f"{type(self).__name__}: cannot attach to job {job_id!r}: {exc}") from exc
+            raise AirflowException(
+                f"{type(self).__name__}: cannot attach to job {job_id!r}: {exc}"
+            ) from exc
 
     def _outcome(self, handle: kc.JobHandle, state: kc.JobState) -> Any:
         if state.status is not kc.JobStatus.SUCCEEDED:
-            exc: BaseException = kc.JobFailed(f"job {handle.job_id} is {state.status.value}", state=state)
+            exc: BaseException = kc.JobFailed(
+                f"job {handle.job_id} is {state.status.value}", state=state
+            )
             if state.status is kc.JobStatus.FAILED:
                 try:
                     handle.result(timeout=10, cleanup=False)
@@ -81,8 +85,11 @@ class KineticJobSensor(BaseSensorOperator):
             return self._outcome(handle, state)
         self.defer(
             trigger=KineticJobTrigger(
-                handle=handle.to_json(), kinetic_conn_id=self.kinetic_conn_id,
-                poll_interval=self.poll_interval, stream_logs=self.stream_logs, cancel_on_kill=False,
+                handle=handle.to_json(),
+                kinetic_conn_id=self.kinetic_conn_id,
+                poll_interval=self.poll_interval,
+                stream_logs=self.stream_logs,
+                cancel_on_kill=False,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),
@@ -98,6 +105,8 @@ class KineticJobSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         if event.get("status") == EVENT_ERROR:
-            raise AirflowException(f"Could not observe job {event.get('job_id')}: {event.get('message')}")
+            raise AirflowException(
+                f"Could not observe job {event.get('job_id')}: {event.get('message')}"
+            )
         handle = self._attach()
         return self._outcome(handle, handle.state())

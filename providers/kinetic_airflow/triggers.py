@@ -14,9 +14,9 @@ import traceback
 from collections.abc import AsyncIterator
 from typing import Any
 
-import kinetic_core as kc
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+import kinetic_core as kc
 from kinetic_airflow.hooks import KineticHook
 
 #: ``TriggerEvent`` payload ``status`` values.
@@ -87,17 +87,28 @@ class KineticJobTrigger(BaseTrigger):
                 state = await handle.await_done()
         except Exception as exc:
             self.log.exception("Could not observe kinetic job %s", handle.job_id)
-            yield TriggerEvent({
-                "status": EVENT_ERROR, "job_id": handle.job_id, "handle": self.handle_json,
-                "message": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(),
-            })
+            yield TriggerEvent(
+                {
+                    "status": EVENT_ERROR,
+                    "job_id": handle.job_id,
+                    "handle": self.handle_json,
+                    "message": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(),
+                }
+            )
             return
-        self.log.info("Kinetic job %s is %s (%s)", handle.job_id, state.status.value, state.reason or "-")
-        yield TriggerEvent({
-            "status": status_of(state), "job_id": handle.job_id, "handle": self.handle_json,
-            "state": state.to_dict(), "log_cursor": self.log_cursor,
-        })
+        self.log.info(
+            "Kinetic job %s is %s (%s)", handle.job_id, state.status.value, state.reason or "-"
+        )
+        yield TriggerEvent(
+            {
+                "status": status_of(state),
+                "job_id": handle.job_id,
+                "handle": self.handle_json,
+                "state": state.to_dict(),
+                "log_cursor": self.log_cursor,
+            }
+        )
 
     async def _wait_streaming(self, handle: kc.JobHandle) -> kc.JobState:
         """One registration with the shared poller; read new log text between waits."""
@@ -137,8 +148,9 @@ class KineticJobTrigger(BaseTrigger):
             return
         handle = self.handle
         cancelled = await asyncio.to_thread(handle.cancel)
-        self.log.info("Kinetic job %s %s", handle.job_id,
-                      "cancelled" if cancelled else "had already finished")
+        self.log.info(
+            "Kinetic job %s %s", handle.job_id, "cancelled" if cancelled else "had already finished"
+        )
 
 
 class KineticBatchTrigger(BaseTrigger):
@@ -184,16 +196,24 @@ class KineticBatchTrigger(BaseTrigger):
             counts = await asyncio.to_thread(batch.status_counts)
         except Exception as exc:
             self.log.exception("Could not observe kinetic batch %s", group_id)
-            yield TriggerEvent({
-                "status": EVENT_ERROR, "group_id": group_id, "message": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(),
-            })
+            yield TriggerEvent(
+                {
+                    "status": EVENT_ERROR,
+                    "group_id": group_id,
+                    "message": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(),
+                }
+            )
             return
         ok = set(counts) <= {kc.JobStatus.SUCCEEDED.value}
         self.log.info("Kinetic batch %s finished: %s", group_id, counts)
-        yield TriggerEvent({
-            "status": EVENT_SUCCESS if ok else EVENT_FAILED, "group_id": group_id, "counts": counts,
-        })
+        yield TriggerEvent(
+            {
+                "status": EVENT_SUCCESS if ok else EVENT_FAILED,
+                "group_id": group_id,
+                "counts": counts,
+            }
+        )
 
     async def on_kill(self) -> None:
         if not self.cancel_on_kill:

@@ -53,7 +53,9 @@ def progress_description(counts: dict[str, int], total: int) -> str:
 
 
 def done_count(counts: dict[str, int]) -> int:
-    return sum(v for k, v in counts.items() if k in ("SUCCEEDED", "FAILED", "CANCELLED", "NOT_FOUND"))
+    return sum(
+        v for k, v in counts.items() if k in ("SUCCEEDED", "FAILED", "CANCELLED", "NOT_FOUND")
+    )
 
 
 def failure_rows(batch: kc.BatchHandle) -> list[dict[str, Any]]:
@@ -62,14 +64,25 @@ def failure_rows(batch: kc.BatchHandle) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for handle in batch.failures():
         state = handle.state()
-        rows.append({
-            "index": index.get(handle.job_id), "job_id": handle.job_id, "status": state.status.value,
-            "reason": state.reason or "", "message": (state.message or "")[:500],
-            "exit_code": state.exit_code,
-        })
+        rows.append(
+            {
+                "index": index.get(handle.job_id),
+                "job_id": handle.job_id,
+                "status": state.status.value,
+                "reason": state.reason or "",
+                "message": (state.message or "")[:500],
+                "exit_code": state.exit_code,
+            }
+        )
     for i, exc in sorted(batch.submission_failures.items()):
-        rows.append({
-            "index": i, "job_id": "", "status": "NOT_SUBMITTED", "reason": type(exc).__name__,
-            "message": str(exc)[:500], "exit_code": None,
-        })
+        rows.append(
+            {
+                "index": i,
+                "job_id": "",
+                "status": "NOT_SUBMITTED",
+                "reason": type(exc).__name__,
+                "message": str(exc)[:500],
+                "exit_code": None,
+            }
+        )
     return rows

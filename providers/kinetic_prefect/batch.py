@@ -16,7 +16,11 @@ from typing import Any, cast
 
 import anyio
 from prefect import Task
-from prefect.artifacts import acreate_progress_artifact, acreate_table_artifact, aupdate_progress_artifact
+from prefect.artifacts import (
+    acreate_progress_artifact,
+    acreate_table_artifact,
+    aupdate_progress_artifact,
+)
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 from prefect.logging import get_run_logger
@@ -63,11 +67,14 @@ async def _update_progress(batch: kc.BatchHandle, artifact_id: Any, logger: Any)
     done = done_count(counts) + counts.get("SUBMIT_FAILED", 0)
     try:
         await aupdate_progress_artifact(
-            artifact_id, progress=100.0 * done / max(batch.total, 1),
+            artifact_id,
+            progress=100.0 * done / max(batch.total, 1),
             description=progress_description(counts, batch.total),
         )
     except Exception as exc:
-        logger.warning("Could not update the progress artifact of batch %s: %s", batch.group_id, exc)
+        logger.warning(
+            "Could not update the progress artifact of batch %s: %s", batch.group_id, exc
+        )
     return counts
 
 
@@ -84,16 +91,30 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
     ctx = TaskRunContext.get()
     logger: Any = get_run_logger() if ctx is not None else _log
     target = await resolve_target(spec.config, spec.overrides)
-    key, identity_tags = task_run_identity(ctx)
+    key, identity_tags = task_run_identity(ctx, (opts.inputs, opts.input_mode), {})
     batch = await asyncio.to_thread(
-        kc.submit_map, spec.remote_callable(), opts.inputs, target=target,
-        max_concurrency=opts.max_concurrency, retries=opts.retries, input_mode=opts.input_mode,
-        name=spec.job_name, tags={**identity_tags, **spec.job_tags}, idempotency_key=key,
+        kc.submit_map,
+        spec.remote_callable(),
+        opts.inputs,
+        target=target,
+        max_concurrency=opts.max_concurrency,
+        retries=opts.retries,
+        input_mode=opts.input_mode,
+        name=spec.job_name,
+        tags={**identity_tags, **spec.job_tags},
+        idempotency_key=key,
     )
-    logger.info("Kinetic batch %s: %d jobs of %s (state in %s)", batch.group_id, batch.total,
-                spec.job_name, target.storage)
+    logger.info(
+        "Kinetic batch %s: %d jobs of %s (state in %s)",
+        batch.group_id,
+        batch.total,
+        spec.job_name,
+        target.storage,
+    )
     artifact_id = await acreate_progress_artifact(
-        0.0, key=_artifact_key(batch.group_id), description=f"Kinetic batch {batch.group_id}: submitting"
+        0.0,
+        key=_artifact_key(batch.group_id),
+        description=f"Kinetic batch {batch.group_id}: submitting",
     )
     results = submit_to_hub(batch.aresults(ordered=True, return_exceptions=True, cleanup=False))
     waiter = asyncio.wrap_future(results)
@@ -104,16 +125,24 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
             counts = await _update_progress(batch, artifact_id, logger)
             if finished:
                 break
-            logger.info("Kinetic batch %s: %s", batch.group_id, progress_description(counts, batch.total))
-            if flow_run_id is not None and await flow_run_cancelling(flow_run_id, opts.progress_interval):
+            logger.info(
+                "Kinetic batch %s: %s", batch.group_id, progress_description(counts, batch.total)
+            )
+            if flow_run_id is not None and await flow_run_cancelling(
+                flow_run_id, opts.progress_interval
+            ):
                 results.cancel()
                 if spec.cancel_on_cancel:
                     await _cancel_batch(batch, logger, "the flow run was cancelled")
-                return Cancelled(message=f"Flow run cancelled; Kinetic batch {batch.group_id} cancelled.")
+                return Cancelled(
+                    message=f"Flow run cancelled; Kinetic batch {batch.group_id} cancelled."
+                )
     except BaseException as exc:
         results.cancel()
         if spec.cancel_on_cancel and not isinstance(exc, Exception | GeneratorExit):
-            await _cancel_batch(batch, logger, f"the task run was interrupted ({type(exc).__name__})")
+            await _cancel_batch(
+                batch, logger, f"the task run was interrupted ({type(exc).__name__})"
+            )
         raise
     values: list[Any] = waiter.result()
     statuses = await asyncio.to_thread(batch.statuses)
@@ -122,13 +151,20 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
         rows = await asyncio.to_thread(failure_rows, batch)
         try:
             await acreate_table_artifact(
-                table=rows, key=_artifact_key(batch.group_id, "-failures"),
+                table=rows,
+                key=_artifact_key(batch.group_id, "-failures"),
                 description=f"Kinetic batch {batch.group_id}: {len(failed)} of {batch.total} failed",
             )
         except Exception as exc:
-            logger.warning("Could not create the failures artifact of batch %s: %s", batch.group_id, exc)
-    logger.info("Kinetic batch %s finished: %d succeeded, %d failed", batch.group_id,
-                batch.total - len(failed), len(failed))
+            logger.warning(
+                "Could not create the failures artifact of batch %s: %s", batch.group_id, exc
+            )
+    logger.info(
+        "Kinetic batch %s finished: %d succeeded, %d failed",
+        batch.group_id,
+        batch.total - len(failed),
+        len(failed),
+    )
     # Free backend resources; results stay so a retry of this task run can read them again.
     await asyncio.to_thread(batch.cleanup, storage=not spec.keep_result)
     if failed and not opts.return_exceptions:
@@ -173,12 +209,17 @@ def kinetic_map(
     if isinstance(fn, KineticTask):
         base = fn.kinetic_spec
         task_options: dict[str, Any] = {
-            "retries": fn.retries, "retry_delay_seconds": fn.retry_delay_seconds,
-            "timeout_seconds": fn.timeout_seconds, "tags": set(fn.tags),
+            "retries": fn.retries,
+            "retry_delay_seconds": fn.retry_delay_seconds,
+            "timeout_seconds": fn.timeout_seconds,
+            "tags": set(fn.tags),
         }
-        overrides = base.overrides.merge(kc.Target.coerce(target)).merge(kc.Target.from_dict(target_fields))
+        overrides = base.overrides.merge(kc.Target.coerce(target)).merge(
+            kc.Target.from_dict(target_fields)
+        )
         spec = dataclasses.replace(
-            base, overrides=overrides,
+            base,
+            overrides=overrides,
             config=base.config if config is None else check_config(config),
         )
         default_name = fn.name
@@ -190,22 +231,41 @@ def kinetic_map(
         check_callable(fn)
         overrides = kc.Target.coerce(target).merge(kc.Target.from_dict(target_fields))
         spec = JobSpec(
-            fn=fn, config=check_config(config), overrides=overrides,
-            cancel_on_cancel=bool(options.pop("cancel_on_cancel", True)), log_interval=5.0,
-            job_name=getattr(fn, "__qualname__", "job"), job_tags=dict(options.pop("job_tags", None) or {}),
+            fn=fn,
+            config=check_config(config),
+            overrides=overrides,
+            cancel_on_cancel=bool(options.pop("cancel_on_cancel", True)),
+            log_interval=5.0,
+            job_name=getattr(fn, "__qualname__", "job"),
+            job_tags=dict(options.pop("job_tags", None) or {}),
             keep_result=bool(options.pop("keep_result", True)),
         )
         task_options = {}
         default_name = getattr(fn, "__name__", "job")
     spec.overrides.validate()
     if isinstance(inputs, str | bytes) or not hasattr(inputs, "__iter__"):
-        raise kc.ConfigError(f"inputs must be a list with one item per job, got {type(inputs).__name__}.")
+        raise kc.ConfigError(
+            f"inputs must be a list with one item per job, got {type(inputs).__name__}."
+        )
     items = list(inputs)
     if not items:
         raise kc.ConfigError("inputs must be a non-empty list (one item per child job).")
-    if not isinstance(progress_interval, int | float) or isinstance(progress_interval, bool) or progress_interval <= 0:
-        raise kc.ConfigError(f"progress_interval must be a positive number, got {progress_interval!r}.")
-    opts = MapOptions(items, max_concurrency, retries, input_mode, bool(return_exceptions), float(progress_interval))
+    if (
+        not isinstance(progress_interval, int | float)
+        or isinstance(progress_interval, bool)
+        or progress_interval <= 0
+    ):
+        raise kc.ConfigError(
+            f"progress_interval must be a positive number, got {progress_interval!r}."
+        )
+    opts = MapOptions(
+        items,
+        max_concurrency,
+        retries,
+        input_mode,
+        bool(return_exceptions),
+        float(progress_interval),
+    )
     task_options.update(options)
     map_name = name or f"{default_name}-map"
 
@@ -213,7 +273,9 @@ def kinetic_map(
         return await run_map(spec, opts)
 
     kinetic_map_body.__name__ = kinetic_map_body.__qualname__ = map_name.replace(".", "-")
-    task_options["retry_condition_fn"] = compose_retry_condition(task_options.get("retry_condition_fn"))
+    task_options["retry_condition_fn"] = compose_retry_condition(
+        task_options.get("retry_condition_fn")
+    )
     task_options.setdefault("cache_policy", NO_CACHE)
     map_task: Task[..., Any] = Task(fn=kinetic_map_body, name=map_name, **task_options)
     result = map_task()

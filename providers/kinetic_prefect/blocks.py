@@ -29,19 +29,26 @@ class KineticConfig(Block):
 
     backend: str | None = Field(default=None, description="local, kubernetes or gke.")
     storage: str | None = Field(
-        default=None, description="Storage root: file:///abs/path, file://~/dir or gs://bucket/prefix."
+        default=None,
+        description="Storage root: file:///abs/path, file://~/dir or gs://bucket/prefix.",
     )
     namespace: str | None = Field(default=None, description="Kubernetes namespace.")
     image: str | None = Field(default=None, description="Container image for Kubernetes jobs.")
-    accelerator: str | None = Field(default=None, description="Default accelerator, e.g. tpu-v5e-8.")
+    accelerator: str | None = Field(
+        default=None, description="Default accelerator, e.g. tpu-v5e-8."
+    )
     spot: bool | None = Field(default=None, description="Run on spot/preemptible capacity.")
     service_account: str | None = Field(default=None, description="Kubernetes service account.")
     kube_context: str | None = Field(default=None, description="kubeconfig context to use.")
     project: str | None = Field(default=None, description="Cloud project (GKE/GCS).")
     resources: dict[str, Any] | None = Field(default=None, description="Pod resources.")
     life_span: float | None = Field(default=None, description="Max seconds a job may run.")
-    schedule_timeout: float | None = Field(default=None, description="Max seconds a job may stay pending.")
-    poll_interval: float | None = Field(default=None, description="Steady-state seconds between status polls.")
+    schedule_timeout: float | None = Field(
+        default=None, description="Max seconds a job may stay pending."
+    )
+    poll_interval: float | None = Field(
+        default=None, description="Steady-state seconds between status polls."
+    )
     env: list[str] | None = Field(default=None, description="Env var names captured at submit.")
     tags: dict[str, str] | None = Field(default=None, description="Tags added to every job.")
     signing_key: SecretStr | None = Field(
@@ -53,9 +60,21 @@ class KineticConfig(Block):
         data: dict[str, Any] = {
             name: getattr(self, name)
             for name in (
-                "backend", "storage", "namespace", "image", "accelerator", "spot",
-                "service_account", "kube_context", "project", "resources", "life_span",
-                "schedule_timeout", "poll_interval", "env", "tags",
+                "backend",
+                "storage",
+                "namespace",
+                "image",
+                "accelerator",
+                "spot",
+                "service_account",
+                "kube_context",
+                "project",
+                "resources",
+                "life_span",
+                "schedule_timeout",
+                "poll_interval",
+                "env",
+                "tags",
             )
             if getattr(self, name) is not None
         }

@@ -32,7 +32,9 @@ def hub_loop() -> asyncio.AbstractEventLoop:
     with _lock:
         if _loop is None or _pid != os.getpid() or _loop.is_closed():
             loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=loop.run_forever, name="kinetic-prefect-hub", daemon=True)
+            thread = threading.Thread(
+                target=loop.run_forever, name="kinetic-prefect-hub", daemon=True
+            )
             thread.start()
             _loop, _pid = loop, os.getpid()
         return _loop

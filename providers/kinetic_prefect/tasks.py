@@ -23,11 +23,12 @@ import anyio
 import cloudpickle
 from prefect import Task
 from prefect.artifacts import acreate_markdown_artifact
-from prefect.context import TaskRunContext
+from prefect.context import FlowRunContext, TaskRunContext
 from prefect.exceptions import ObjectNotFound
 from prefect.logging import get_run_logger
 from prefect.states import Cancelled, State
 from prefect.utilities.asyncutils import run_coro_as_sync
+from prefect.utilities.hashing import hash_objects
 
 import kinetic_core as kc
 from kinetic_prefect.artifacts import job_markdown
@@ -91,20 +92,45 @@ async def resolve_target(config: ConfigLike, overrides: kc.Target) -> kc.Target:
 # ---- identity -------------------------------------------------------------------------------
 
 
-def task_run_identity(ctx: TaskRunContext | None) -> tuple[str | None, dict[str, str]]:
+_identity_lock = threading.Lock()
+
+
+def task_run_identity(
+    ctx: TaskRunContext | None, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+) -> tuple[str | None, dict[str, str]]:
     """Idempotency key and job tags for the current task run.
 
-    Prefect retries keep the task run, and a flow-run retry re-creates its task runs with
-    the same (flow run, task key, dynamic key): keying on those makes both reattach.
+    Prefect retries keep the task run, so a retry finds the key it used before. A
+    flow-run retry creates new task runs; to let them find the jobs of the earlier flow
+    attempt the key is (flow run, task, hash of the arguments, n-th such call in this
+    flow attempt): calls with equal arguments are interchangeable, so concurrent calls
+    completing out of order cannot swap jobs with different inputs. Arguments that
+    cannot be hashed fall back to a key per task run (task retries still reattach).
     """
     if ctx is None:
         return None, {}
     run = ctx.task_run
     tags = {"prefect-task-run": str(run.id)}
-    if run.flow_run_id is not None:
-        tags["prefect-flow-run"] = str(run.flow_run_id)
-        return f"prefect/flow-run/{run.flow_run_id}/{run.task_key}/{run.dynamic_key}", tags
-    return f"prefect/task-run/{run.id}", tags
+    flow_ctx = FlowRunContext.get()
+    if run.flow_run_id is None or flow_ctx is None or flow_ctx.flow_run is None:
+        return f"prefect/task-run/{run.id}", tags
+    tags["prefect-flow-run"] = str(run.flow_run_id)
+    digest = hash_objects(args, kwargs or {})
+    if digest is None:
+        return f"prefect/task-run/{run.id}", tags
+    # The flow run context is created afresh for each flow-run attempt, so counting in
+    # it restarts at 0 on a flow retry; the per-task-run entry keeps Prefect retries stable.
+    registry = flow_ctx.task_run_dynamic_keys
+    with _identity_lock:
+        assigned = registry.get(f"kinetic-prefect/run/{run.id}")
+        if not isinstance(assigned, str):
+            slot = f"kinetic-prefect/{run.task_key}/{digest}"
+            count = registry.get(slot, 0)
+            n = count if isinstance(count, int) else 0
+            registry[slot] = n + 1
+            assigned = f"prefect/flow-run/{run.flow_run_id}/{run.task_key}/{digest}/{n}"
+            registry[f"kinetic-prefect/run/{run.id}"] = assigned
+    return assigned, tags
 
 
 # ---- waiting --------------------------------------------------------------------------------
@@ -230,7 +256,9 @@ def collect(handle: kc.JobHandle, keep_result: bool) -> Any:
     return value
 
 
-async def attach_artifact(handle: kc.JobHandle, state: kc.JobState, reattached: bool, logger: Any) -> None:
+async def attach_artifact(
+    handle: kc.JobHandle, state: kc.JobState, reattached: bool, logger: Any
+) -> None:
     try:
         markdown = await asyncio.to_thread(job_markdown, handle, state, reattached=reattached)
         await acreate_markdown_artifact(
@@ -281,21 +309,33 @@ async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     ctx = TaskRunContext.get()
     logger: Any = get_run_logger() if ctx is not None else _log
     target = await resolve_target(spec.config, spec.overrides)
-    key, identity_tags = task_run_identity(ctx)
+    key, identity_tags = task_run_identity(ctx, args, kwargs)
     started = time.time()
     handle = await asyncio.to_thread(
-        kc.submit, spec.remote_callable(), args, kwargs, target=target, idempotency_key=key,
-        name=spec.job_name, tags={**identity_tags, **spec.job_tags}, reuse_succeeded=spec.keep_result,
+        kc.submit,
+        spec.remote_callable(),
+        args,
+        kwargs,
+        target=target,
+        idempotency_key=key,
+        name=spec.job_name,
+        tags={**identity_tags, **spec.job_tags},
+        reuse_succeeded=spec.keep_result,
     )
     reattached = handle.created_at < started
     logger.info(
         "Kinetic job %s (attempt %d) %s on backend %r; state in %s",
-        handle.job_id, handle.attempt, "reattached" if reattached else "submitted",
-        target.backend, handle.location,
+        handle.job_id,
+        handle.attempt,
+        "reattached" if reattached else "submitted",
+        target.backend,
+        handle.location,
     )
     flow_run_id = ctx.task_run.flow_run_id if ctx is not None else None
     try:
-        state = await follow_job(handle, logger, log_interval=spec.log_interval, flow_run_id=flow_run_id)
+        state = await follow_job(
+            handle, logger, log_interval=spec.log_interval, flow_run_id=flow_run_id
+        )
     except BaseException as exc:
         # Cancellation (flow run cancelled, task timeout, termination signal) ends the
         # job too; an ordinary error while waiting leaves it for the retry to reattach.
@@ -307,9 +347,13 @@ async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) 
             await cancel_job(handle, logger, "the flow run was cancelled")
             state = await asyncio.to_thread(handle.state)
         await attach_artifact(handle, state, reattached, logger)
-        return Cancelled(message=f"Flow run cancelled; Kinetic job {handle.job_id} is {state.status.value}.")
+        return Cancelled(
+            message=f"Flow run cancelled; Kinetic job {handle.job_id} is {state.status.value}."
+        )
     logger.info(
-        "Kinetic job %s finished: %s%s", handle.job_id, state.status.value,
+        "Kinetic job %s finished: %s%s",
+        handle.job_id,
+        state.status.value,
         f" ({state.reason}: {state.message})" if state.reason else "",
     )
     await attach_artifact(handle, state, reattached, logger)
@@ -339,7 +383,9 @@ def compose_retry_condition(
 
     if user is not None and inspect.iscoroutinefunction(user):
 
-        async def kinetic_retry_condition_async(task: Task[..., Any], task_run: Any, state: State[Any]) -> bool:
+        async def kinetic_retry_condition_async(
+            task: Task[..., Any], task_run: Any, state: State[Any]
+        ) -> bool:
             return not not_retryable(state) and bool(await user(task, task_run, state))
 
         return kinetic_retry_condition_async
@@ -431,23 +477,37 @@ def kinetic_task(
     overrides = kc.Target.coerce(target).merge(kc.Target.from_dict(target_fields))
     overrides.validate()
     checked_config = check_config(config)
-    if not isinstance(log_interval, int | float) or isinstance(log_interval, bool) or log_interval <= 0:
-        raise kc.ConfigError(f"log_interval must be a positive number of seconds, got {log_interval!r}.")
+    if (
+        not isinstance(log_interval, int | float)
+        or isinstance(log_interval, bool)
+        or log_interval <= 0
+    ):
+        raise kc.ConfigError(
+            f"log_interval must be a positive number of seconds, got {log_interval!r}."
+        )
     if job_tags is not None and not (
-        isinstance(job_tags, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in job_tags.items())
+        isinstance(job_tags, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in job_tags.items())
     ):
         raise kc.ConfigError(f"job_tags must be a dict of str to str, got {job_tags!r}.")
 
     def decorate(f: Callable[..., Any]) -> KineticTask:
         check_callable(f)
         spec = JobSpec(
-            fn=f, config=checked_config, overrides=overrides, cancel_on_cancel=bool(cancel_on_cancel),
-            log_interval=float(log_interval), job_name=job_name or getattr(f, "__qualname__", "job"),
-            job_tags=dict(job_tags or {}), keep_result=bool(keep_result),
+            fn=f,
+            config=checked_config,
+            overrides=overrides,
+            cancel_on_cancel=bool(cancel_on_cancel),
+            log_interval=float(log_interval),
+            job_name=job_name or getattr(f, "__qualname__", "job"),
+            job_tags=dict(job_tags or {}),
+            keep_result=bool(keep_result),
         )
         task_options = dict(options)
         task_options.setdefault("name", getattr(f, "__name__", None))
-        task_options["retry_condition_fn"] = compose_retry_condition(task_options.get("retry_condition_fn"))
+        task_options["retry_condition_fn"] = compose_retry_condition(
+            task_options.get("retry_condition_fn")
+        )
         return KineticTask(fn=make_body(spec), **task_options)
 
     if fn is not None:

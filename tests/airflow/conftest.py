@@ -15,14 +15,16 @@ import pytest
 _HOME = Path(tempfile.mkdtemp(prefix="kinetic-airflow-"))
 DAGS = Path(__file__).parent / "dags"
 STORAGE = _HOME / "kinetic"
-os.environ.update({
-    "AIRFLOW_HOME": str(_HOME),
-    "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME}/airflow.db",
-    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-    "KINETIC_STORAGE": f"file://{STORAGE}",
-})
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(_HOME),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME}/airflow.db",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "KINETIC_STORAGE": f"file://{STORAGE}",
+    }
+)
 os.environ.pop("KINETIC_BACKEND", None)
 os.environ.pop("KINETIC_SIGNING_KEY", None)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import kinetic_core as kc
 import pytest
+
+import kinetic_core as kc
 
 
 def run(dagbag: Any, dag_id: str, **kwargs: Any) -> tuple[Any, dict[tuple[str, int], Any]]:
@@ -19,9 +20,17 @@ def xcom(ti: Any, key: str = "return_value") -> Any:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        row = session.query(XComModel).filter_by(
-            dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index, key=key
-        ).one_or_none()
+        row = (
+            session.query(XComModel)
+            .filter_by(
+                dag_id=ti.dag_id,
+                task_id=ti.task_id,
+                run_id=ti.run_id,
+                map_index=ti.map_index,
+                key=key,
+            )
+            .one_or_none()
+        )
         return None if row is None else XComModel.deserialize_value(row)
 
 
@@ -36,7 +45,9 @@ def test_value_through_xcom(dagbag: Any) -> None:
     assert xcom(ti, "kinetic_job_url").startswith("file://")
 
 
-def test_remote_failure_fails_the_run_with_traceback(dagbag: Any, capfd: pytest.CaptureFixture[str]) -> None:
+def test_remote_failure_fails_the_run_with_traceback(
+    dagbag: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
     dr, tis = run(dagbag, "kt_failure")
     assert dr.state == "failed"
     assert tis[("explode", -1)].state == "failed"

@@ -9,14 +9,14 @@ import time
 from datetime import timedelta
 from typing import Any
 
-import kinetic_core as kc
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferralTimeout, TaskDeferred
 from conftest import count_jobs
 from helpers import FakeStore, make_context, retry_of
-
 from kinetic_airflow import KineticJobError, KineticJobTrigger, KineticOperator
 from kinetic_airflow.operators import STORE_DELIVERED, STORE_JOB_ID
+
+import kinetic_core as kc
 
 FAST = {"poll_interval": 0.5}
 
@@ -85,7 +85,9 @@ async def test_retry_after_remote_failure_creates_attempt_2() -> None:
 async def test_trigger_round_trip_survives_triggerer_restart() -> None:
     from airflow.sdk._shared.module_loading import import_string
 
-    op = KineticOperator(task_id="t", python_callable=sleep_then, op_args=[{"acc": 0.9}, 1.5], target=FAST)
+    op = KineticOperator(
+        task_id="t", python_callable=sleep_then, op_args=[{"acc": 0.9}, 1.5], target=FAST
+    )
     ctx = make_context()
     trigger = defer(op, ctx)
     classpath, kwargs = trigger.serialize()
@@ -116,8 +118,9 @@ async def test_trigger_on_kill_cancels_the_job() -> None:
 
 
 async def test_trigger_on_kill_respects_cancel_on_kill_false() -> None:
-    op = KineticOperator(task_id="t", python_callable=sleep_then, op_args=[1, 60], target=FAST,
-                         cancel_on_kill=False)
+    op = KineticOperator(
+        task_id="t", python_callable=sleep_then, op_args=[1, 60], target=FAST, cancel_on_kill=False
+    )
     trigger = defer(op, make_context())
     await trigger.on_kill()
     assert trigger.handle.state().status is kc.JobStatus.RUNNING or not trigger.handle.done()
@@ -125,11 +128,15 @@ async def test_trigger_on_kill_respects_cancel_on_kill_false() -> None:
 
 
 def test_execution_timeout_bounds_the_deferral_and_cancels() -> None:
-    from airflow.sdk.definitions._internal.abstractoperator import TRIGGER_FAIL_REPR
-    from airflow.triggers.base import TriggerFailureReason  # type: ignore[attr-defined]
+    from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 
-    op = KineticOperator(task_id="t", python_callable=sleep_then, op_args=[1, 60], target=FAST,
-                         execution_timeout=timedelta(seconds=30))
+    op = KineticOperator(
+        task_id="t",
+        python_callable=sleep_then,
+        op_args=[1, 60],
+        target=FAST,
+        execution_timeout=timedelta(seconds=30),
+    )
     ctx = make_context()
     with pytest.raises(TaskDeferred) as info:
         op.execute(ctx)
@@ -141,8 +148,14 @@ def test_execution_timeout_bounds_the_deferral_and_cancels() -> None:
 
 
 def test_on_kill_cancels_in_non_deferrable_mode() -> None:
-    op = KineticOperator(task_id="t", python_callable=sleep_then, op_args=[1, 60], target=FAST,
-                         deferrable=False, stream_logs=False)
+    op = KineticOperator(
+        task_id="t",
+        python_callable=sleep_then,
+        op_args=[1, 60],
+        target=FAST,
+        deferrable=False,
+        stream_logs=False,
+    )
     ctx = make_context()
     outcome: dict[str, Any] = {}
 
@@ -163,8 +176,9 @@ def test_on_kill_cancels_in_non_deferrable_mode() -> None:
 
 
 async def test_clearing_a_successful_task_runs_a_new_job() -> None:
-    op = KineticOperator(task_id="t", python_callable=sleep_then, op_args=[5, 0.1], target=FAST,
-                         result="reference")
+    op = KineticOperator(
+        task_id="t", python_callable=sleep_then, op_args=[5, 0.1], target=FAST, result="reference"
+    )
     store = FakeStore()
     ctx = make_context(store=store)
     first = defer(op, ctx)
@@ -175,8 +189,12 @@ async def test_clearing_a_successful_task_runs_a_new_job() -> None:
     assert op.execute_complete(ctx, await fire(cleared))["job_id"] == cleared.handle.job_id
 
 
-async def test_logs_stream_into_the_task_log_while_deferred(capfd: pytest.CaptureFixture[str]) -> None:
-    op = KineticOperator(task_id="t", python_callable=chatty, op_args=[12], poll_interval=0.2, target=FAST)
+async def test_logs_stream_into_the_task_log_while_deferred(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    op = KineticOperator(
+        task_id="t", python_callable=chatty, op_args=[12], poll_interval=0.2, target=FAST
+    )
     ctx = make_context()
     trigger = defer(op, ctx)
     event = await fire(trigger)
@@ -188,9 +206,14 @@ async def test_logs_stream_into_the_task_log_while_deferred(capfd: pytest.Captur
 
 
 async def test_200_triggers_share_one_poll_per_interval() -> None:
-    jobs = [kc.submit(sleep_then, (i, 60), target={"poll_interval": 0.5}, name="fanin") for i in range(20)]
+    jobs = [
+        kc.submit(sleep_then, (i, 60), target={"poll_interval": 0.5}, name="fanin")
+        for i in range(20)
+    ]
     try:
-        triggers = [KineticJobTrigger(handle=jobs[i % 20].to_json(), stream_logs=False) for i in range(200)]
+        triggers = [
+            KineticJobTrigger(handle=jobs[i % 20].to_json(), stream_logs=False) for i in range(200)
+        ]
         poller = kc.shared_poller()
         start = poller.polls
         tasks = [asyncio.ensure_future(fire(t)) for t in triggers]

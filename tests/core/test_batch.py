@@ -443,9 +443,13 @@ def test_second_waiter_does_not_exceed_retries(store: Store) -> None:
     assert batch.wait(timeout=90) == ["FAILED"]
     assert len(store.records(batch.group_id)[0]["attempts"]) == 2
     assert other.wait(timeout=90) == ["FAILED"]
-    assert len(store.job_ids()) == 2, f"retries=1 allows 2 attempts; jobs in storage: {store.job_ids()}"
+    assert len(store.job_ids()) == 2, (
+        f"retries=1 allows 2 attempts; jobs in storage: {store.job_ids()}"
+    )
     attempts = store.records(batch.group_id)[0]["attempts"]
-    assert [store.handle(a)["attempt"] for a in attempts] == [1, 2], f"the record lost an attempt: {attempts}"
+    assert [store.handle(a)["attempt"] for a in attempts] == [1, 2], (
+        f"the record lost an attempt: {attempts}"
+    )
     assert other.jobs[0] is not None and other.jobs[0].attempt == 2
 
 

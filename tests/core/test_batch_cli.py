@@ -84,18 +84,25 @@ def cli(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> tuple[int, 
 
 def last_json(out: str) -> Any:
     """The JSON document a command printed after any progress output."""
-    return json.loads(out[out.rindex('{\n  "group_id"'):])
+    return json.loads(out[out.rindex('{\n  "group_id"') :])
 
 
-def test_list_json_newest_first_with_counts(batches: Batches, capsys: pytest.CaptureFixture[str]) -> None:
+def test_list_json_newest_first_with_counts(
+    batches: Batches, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc, out, _ = cli(capsys, batches.uri, "list", "--json")
     assert rc == 0
     listed = json.loads(out)
     assert [b["group_id"] for b in listed] == [batches.ok.group_id, batches.mixed.group_id]
     mixed = listed[1]
-    assert mixed == {"group_id": batches.mixed.group_id, "name": "mixed", "total": 5,
-                     "submission_complete": True, "cancel_requested": False,
-                     "counts": {"SUCCEEDED": 3, "FAILED": 2}}
+    assert mixed == {
+        "group_id": batches.mixed.group_id,
+        "name": "mixed",
+        "total": 5,
+        "submission_complete": True,
+        "cancel_requested": False,
+        "counts": {"SUCCEEDED": 3, "FAILED": 2},
+    }
     assert listed[0]["counts"] == {"SUCCEEDED": 3}
 
     rc, out, _ = cli(capsys, batches.uri, "list", "--limit", "1", "--json")
@@ -110,7 +117,9 @@ def test_list_table(batches: Batches, capsys: pytest.CaptureFixture[str]) -> Non
     assert "FAILED=2" in out and "SUCCEEDED=3" in out
 
 
-def test_status_json_counts_and_exit_code(batches: Batches, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_json_counts_and_exit_code(
+    batches: Batches, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc, out, _ = cli(capsys, batches.uri, "status", batches.mixed.group_id, "--json")
     assert rc == 1  # some children failed
     assert json.loads(out)["counts"] == {"SUCCEEDED": 3, "FAILED": 2}
@@ -123,7 +132,9 @@ def test_status_json_counts_and_exit_code(batches: Batches, capsys: pytest.Captu
 
 
 @pytest.mark.timeout(60)
-def test_status_watch_finishes_on_a_completed_batch(batches: Batches, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_watch_finishes_on_a_completed_batch(
+    batches: Batches, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc, out, _ = cli(capsys, batches.uri, "status", batches.mixed.group_id, "--watch", "--json")
     assert rc == 1
     assert last_json(out)["counts"] == {"SUCCEEDED": 3, "FAILED": 2}
@@ -163,15 +174,18 @@ def test_results_of_a_good_batch(batches: Batches, capsys: pytest.CaptureFixture
     assert rc == 0 and "[1, 4, 9]" in out
 
 
-@pytest.mark.parametrize(("group_id", "message"), [
-    ("no-such-batch-123", "No batch 'no-such-batch-123'"),
-    ("Not/A/Valid/Id", "Invalid group id"),
-])
+@pytest.mark.parametrize(
+    ("group_id", "message"),
+    [
+        ("no-such-batch-123", "No batch 'no-such-batch-123'"),
+        ("Not/A/Valid/Id", "Invalid group id"),
+    ],
+)
 @pytest.mark.parametrize("command", ["status", "results", "cancel", "cleanup"])
 def test_unknown_or_invalid_group_is_exit_2(
     batches: Batches, capsys: pytest.CaptureFixture[str], command: str, group_id: str, message: str
 ) -> None:
-    rc, out, err = cli(capsys, batches.uri, command, group_id)
+    rc, _out, err = cli(capsys, batches.uri, command, group_id)
     assert rc == 2
     assert err.startswith("error: ") and message in err
     assert not (batches.root / "batches" / "no-such-batch-123").exists()
@@ -185,11 +199,14 @@ def own_store(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.timeout(120)
-def test_cancel_then_results(own_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cancel_then_results(
+    own_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     uri = f"file://{own_store}"
     never = str(tmp_path / "never-opened")
-    batch = kc.submit_map(h.gated, [(i, never) for i in range(3)], target=kc.Target(storage=uri),
-                          max_concurrency=3)
+    batch = kc.submit_map(
+        h.gated, [(i, never) for i in range(3)], target=kc.Target(storage=uri), max_concurrency=3
+    )
     batch.wait_submitted(60)
     wait_until(lambda: batch.statuses() == ["RUNNING"] * 3, 60, "3 running children")
 
@@ -209,7 +226,9 @@ def test_cancel_then_results(own_store: Path, tmp_path: Path, capsys: pytest.Cap
 
 
 @pytest.mark.timeout(120)
-def test_cleanup_frees_backend_and_stored_envelopes(own_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cleanup_frees_backend_and_stored_envelopes(
+    own_store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     uri = f"file://{own_store}"
     batch = kc.submit_map(h.square_or_fail, [2, 7], target=kc.Target(storage=uri))
     assert batch.wait(timeout=90) == ["SUCCEEDED", "FAILED"]

@@ -35,7 +35,9 @@ def flow_run_logs(flow_run_id: UUID) -> list[str]:
 
     async def read() -> list[str]:
         async with get_client() as client:
-            logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+            logs = await client.read_logs(
+                LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+            )
             return [log.message for log in logs]
 
     return asyncio.run(read())
@@ -45,7 +47,9 @@ def flow_run_artifacts(flow_run_id: UUID) -> list[Any]:
     async def read() -> list[Any]:
         async with get_client() as client:
             return await client.read_artifacts(
-                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+                artifact_filter=ArtifactFilter(
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])
+                )
             )
 
     return asyncio.run(read())

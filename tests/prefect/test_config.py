@@ -8,20 +8,24 @@ from pathlib import Path
 
 import fns
 import pytest
+from kinetic_prefect import KineticConfig, kinetic_map, kinetic_task
 from prefect import flow
 from prefect.testing.cli import invoke_and_assert
 
 import kinetic_core as kc
-from kinetic_prefect import KineticConfig, kinetic_map, kinetic_task
 
 
 def test_block_registered_through_entry_point_and_loaded_by_name(tmp_path: Path) -> None:
     assert "kinetic_prefect" in {ep.name for ep in entry_points(group="prefect.collections")}
-    invoke_and_assert(["block", "register", "-m", "kinetic_prefect"], expected_code=0,
-                      expected_output_contains="Kinetic Config")
+    invoke_and_assert(
+        ["block", "register", "-m", "kinetic_prefect"],
+        expected_code=0,
+        expected_output_contains="Kinetic Config",
+    )
     storage = f"file://{tmp_path}/from-block"
-    KineticConfig(storage=storage, poll_interval=0.5, tags={"team": "ml"},
-                  signing_key="s3cret").save("test-config", overwrite=True)
+    KineticConfig(
+        storage=storage, poll_interval=0.5, tags={"team": "ml"}, signing_key="s3cret"
+    ).save("test-config", overwrite=True)
     loaded = KineticConfig.load("test-config")
     assert loaded.signing_key is not None and loaded.signing_key.get_secret_value() == "s3cret"
     assert loaded.to_target().storage == storage
@@ -78,7 +82,9 @@ def test_bad_inputs_raise_clear_errors_before_anything_is_submitted() -> None:
     assert kc.list_jobs() == []
 
 
-def test_invalid_storage_in_env_fails_the_run_without_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_storage_in_env_fails_the_run_without_retries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("KINETIC_STORAGE", "s3://nope")
     task = kinetic_task(fns.add, retries=2, retry_delay_seconds=0)
 

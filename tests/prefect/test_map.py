@@ -7,10 +7,10 @@ import asyncio
 import fns
 import pytest
 from helpers import flow_run_artifacts
+from kinetic_prefect import kinetic_map, kinetic_task
 from prefect import flow
 
 import kinetic_core as kc
-from kinetic_prefect import kinetic_map, kinetic_task
 
 square = kinetic_task(fns.maybe_fail, log_interval=0.3)
 
@@ -18,8 +18,9 @@ square = kinetic_task(fns.maybe_fail, log_interval=0.3)
 def test_kinetic_map_results_in_order_with_progress_artifact() -> None:
     @flow
     async def sweep() -> list[int]:
-        return await kinetic_map(fns.add, inputs=[(i, 100) for i in range(6)],
-                                 max_concurrency=3, progress_interval=0.3)
+        return await kinetic_map(
+            fns.add, inputs=[(i, 100) for i in range(6)], max_concurrency=3, progress_interval=0.3
+        )
 
     state = asyncio.run(sweep(return_state=True))
     assert state.result() == [100 + i for i in range(6)]
@@ -34,7 +35,9 @@ def test_kinetic_map_results_in_order_with_progress_artifact() -> None:
 def test_kinetic_map_return_exceptions_and_failure_table() -> None:
     @flow
     def sweep_sync() -> list[object]:
-        return kinetic_map(square, inputs=[1, 2, 3, 4], return_exceptions=True, progress_interval=0.3)
+        return kinetic_map(
+            square, inputs=[1, 2, 3, 4], return_exceptions=True, progress_interval=0.3
+        )
 
     state = sweep_sync(return_state=True)
     values = state.result()

@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import fns
+import kinetic_prefect
 import pytest
 from helpers import eventually, flow_run_artifacts, flow_run_logs, task_runs
+from kinetic_prefect import kinetic_task
 from prefect import Task, flow
 from prefect.client.orchestration import get_client
 from prefect.states import Cancelling
 
 import kinetic_core as kc
-import kinetic_prefect
-from kinetic_prefect import kinetic_task
 
 double = kinetic_task(fns.double, log_interval=0.3)
 
@@ -130,7 +130,9 @@ def test_cancelling_the_flow_run_cancels_the_job() -> None:
     async def long_flow() -> str:
         return await sleeper(120)
 
-    thread = threading.Thread(target=lambda: result.update(state=asyncio.run(long_flow(return_state=True))))
+    thread = threading.Thread(
+        target=lambda: result.update(state=asyncio.run(long_flow(return_state=True)))
+    )
     thread.start()
     job = eventually(lambda: jobs_named("sleepy"), what="the job to be submitted")[0]
     eventually(lambda: job.status() is kc.JobStatus.RUNNING, what="the job to run")

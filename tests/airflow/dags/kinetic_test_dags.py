@@ -7,7 +7,6 @@ import os
 from datetime import datetime
 
 from airflow.sdk import DAG, task
-
 from kinetic_airflow import KineticBatchOperator, KineticJobSensor, KineticOperator
 
 START = datetime(2026, 1, 1)
@@ -42,15 +41,22 @@ with DAG("kt_value", schedule=None, start_date=START, catchup=False):
     KineticOperator(task_id="add", python_callable=add, op_args=[2, 3], target=FAST)
 
 with DAG("kt_failure", schedule=None, start_date=START, catchup=False):
-    KineticOperator(task_id="explode", python_callable=explode, op_kwargs={"tag": "{{ dag.dag_id }}"},
-                    target=FAST)
+    KineticOperator(
+        task_id="explode",
+        python_callable=explode,
+        op_kwargs={"tag": "{{ dag.dag_id }}"},
+        target=FAST,
+    )
 
 with DAG("kt_reference", schedule=None, start_date=START, catchup=False):
-    KineticOperator(task_id="big", python_callable=big_result, op_args=[1000], result="reference",
-                    target=FAST)
+    KineticOperator(
+        task_id="big", python_callable=big_result, op_args=[1000], result="reference", target=FAST
+    )
 
 with DAG("kt_nondeferrable", schedule=None, start_date=START, catchup=False):
-    KineticOperator(task_id="add", python_callable=add, op_args=[20, 22], deferrable=False, target=FAST)
+    KineticOperator(
+        task_id="add", python_callable=add, op_args=[20, 22], deferrable=False, target=FAST
+    )
 
 with DAG("kt_decorator", schedule=None, start_date=START, catchup=False):
 
@@ -70,9 +76,16 @@ with DAG("kt_mapped", schedule=None, start_date=START, catchup=False):
     )
 
 with DAG("kt_sensor", schedule=None, start_date=START, catchup=False):
-    KineticJobSensor(task_id="wait", job_id="{{ params.job_id }}", collect_result=True,
-                     poll_interval=1.0, timeout=120, params={"job_id": "x00"})
+    KineticJobSensor(
+        task_id="wait",
+        job_id="{{ params.job_id }}",
+        collect_result=True,
+        poll_interval=1.0,
+        timeout=120,
+        params={"job_id": "x00"},
+    )
 
 with DAG("kt_batch", schedule=None, start_date=START, catchup=False):
-    KineticBatchOperator(task_id="sweep", python_callable=square, inputs=[1, 2, 3], max_concurrency=3,
-                         target=FAST)
+    KineticBatchOperator(
+        task_id="sweep", python_callable=square, inputs=[1, 2, 3], max_concurrency=3, target=FAST
+    )

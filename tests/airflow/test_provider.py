@@ -1,0 +1,85 @@
+"""Provider metadata, the connection -> Target mapping and the decorator's parse-time checks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowNotFoundException
+from kinetic_airflow.hooks import KineticHook
+from kinetic_airflow.provider_info import get_provider_info
+
+import kinetic_core as kc
+
+
+def test_provider_is_registered_with_airflow() -> None:
+    from airflow.providers_manager import ProvidersManager
+
+    pm = ProvidersManager()
+    assert "kinetic-workflows" in pm.providers
+    assert pm.hooks["kinetic"].hook_class_name == "kinetic_airflow.hooks.KineticHook"
+    assert "kinetic_airflow.links.KineticJobLink" in pm.extra_links_class_names
+    assert any(t.package_name == "kinetic-workflows" for t in pm.trigger)
+    assert "kinetic" in pm.taskflow_decorators
+    info = get_provider_info()
+    fields = info["connection-types"][0]["conn-fields"]
+    assert {"backend", "storage", "namespace", "kube_context", "in_cluster", "project"} <= set(
+        fields
+    )
+
+
+def test_missing_default_connection_falls_back_to_env_and_defaults(storage: str) -> None:
+    target = KineticHook().get_target({"accelerator": "gpu-l4"})
+    assert target.accelerator == "gpu-l4"
+    resolved = target.resolve()
+    assert resolved.backend == "local" and resolved.storage == storage
+
+
+def test_unknown_named_connection_is_a_clear_error() -> None:
+    with pytest.raises(AirflowNotFoundException, match="'nope' is not defined"):
+        KineticHook("nope").get_target()
+
+
+def test_connection_to_target(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    conn = {
+        "conn_type": "kinetic",
+        "password": "s3cret",
+        "extra": {
+            "storage": f"file://{tmp_path}",
+            "backend": "local",
+            "accelerator": "tpu-v5e-8",
+            "spot": True,
+            "namespace": "",
+            "life_span": 3600,
+        },
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_PROD", json.dumps(conn))
+    target = KineticHook("kinetic_prod").get_target({"spot": False})
+    assert target.storage == f"file://{tmp_path}" and target.accelerator == "tpu-v5e-8"
+    assert target.spot is False and target.life_span == 3600 and target.namespace is None
+    assert target.signing_key == "s3cret" and "s3cret" not in target.to_json()
+    assert KineticHook("kinetic_prod").test_connection()[0]
+
+
+def test_connection_with_unknown_option_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    conn = {"conn_type": "kinetic", "extra": {"acclerator": "tpu"}}
+    monkeypatch.setenv("AIRFLOW_CONN_KINETIC_TYPO", json.dumps(conn))
+    with pytest.raises(kc.ConfigError, match=r"kinetic_typo.*acclerator"):
+        KineticHook("kinetic_typo").get_target()
+
+
+def test_decorator_splits_target_options_from_operator_arguments() -> None:
+    from airflow.sdk import DAG, task
+
+    with DAG("deco_parse", schedule=None):
+
+        @task.kinetic(accelerator="gpu-l4", spot=True, retries=2, result="reference")
+        def fit(x: int) -> int:
+            return x
+
+        op = fit(1).operator
+    assert op.target == {"accelerator": "gpu-l4", "spot": True}
+    assert op.retries == 2 and op.result == "reference"
+    with pytest.raises(kc.ConfigError):
+        task.kinetic(target={"gpu": 1})
