@@ -147,7 +147,10 @@ class BatchHandle:
                 data = json.loads(self._storage.read_bytes(self._key(f"children/{name}")))
             except (FileNotFoundError, ValueError):
                 continue
-            self._records[index] = ChildRecord(data["index"], data["attempts"], data.get("error"))
+            with self._lock:
+                self._records[index] = ChildRecord(
+                    data["index"], data["attempts"], data.get("error")
+                )
 
     def _reload(self, index: int) -> ChildRecord | None:
         try:
@@ -158,6 +161,11 @@ class BatchHandle:
         with self._lock:
             self._records[index] = rec
         return rec
+
+    def _snapshot(self) -> dict[int, ChildRecord]:
+        """A copy of the records: the submitter thread adds to them concurrently."""
+        with self._lock:
+            return dict(self._records)
 
     def _handle(self, job_id: str) -> JobHandle:
         if job_id not in self._handles:
@@ -200,20 +208,21 @@ class BatchHandle:
     def submission_failures(self) -> dict[int, BaseException]:
         self._refresh()
         failures: dict[int, BaseException] = {}
-        for i, rec in self._records.items():
+        records = self._snapshot()
+        for i, rec in records.items():
             if rec.error and not rec.attempts:
                 failures[i] = self._errors.get(i) or SubmissionError(
                     f"{rec.error['type']}: {rec.error['message']}"
                 )
         if self.cancel_requested and self.submission_complete:
             for i in range(self.total):
-                if i not in self._records:
+                if i not in records:
                     failures[i] = JobCancelled(
                         f"Child {i} was not submitted: the batch was cancelled."
                     )
         elif self.submission_abandoned:
             for i in range(self.total):
-                if i not in self._records:
+                if i not in records:
                     failures[i] = SubmissionError(
                         f"Child {i} was never submitted: the submitter stopped. Call submit_map again "
                         "with the same idempotency_key to submit the missing children."

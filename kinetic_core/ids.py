@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import secrets
-import time
 
 from kinetic_core.errors import InvalidIdError
 
@@ -31,6 +29,9 @@ def slug(name: str, max_len: int = 20) -> str:
 
 def new_id(name: str = "job") -> str:
     """A fresh, sortable, collision-resistant id such as ``train-20261121t043000-3f9a2c1d``."""
+    import secrets
+    import time
+
     prefix = slug(name) or "job"
     stamp = time.strftime("%Y%m%dt%H%M%S", time.gmtime())
     return f"{prefix}-{stamp}-{secrets.token_hex(4)}"

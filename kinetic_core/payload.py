@@ -34,6 +34,11 @@ def python_version() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
+# Above this size, hashing runs in a thread beside the I/O (hashlib and file I/O both
+# release the GIL), so a large payload costs max(hash, I/O) rather than their sum.
+_OVERLAP = 4 << 20
+
+
 class _HashingWriter:
     """File-like that hashes what pickle writes on its way to the real file."""
 
@@ -43,9 +48,35 @@ class _HashingWriter:
         self.size = 0
 
     def write(self, data: bytes) -> int:
-        self.sha.update(data)
         self.size += len(data)
-        return self.fh.write(data)
+        if len(data) < _OVERLAP:
+            self.sha.update(data)
+            return self.fh.write(data)
+        hasher = threading.Thread(target=self.sha.update, args=(data,))
+        hasher.start()
+        try:
+            return self.fh.write(data)
+        finally:
+            hasher.join()
+
+
+def _hash_stream(fh: IO[bytes], length: int) -> tuple[str, int]:
+    """sha256 of the next ``length`` bytes, hashing each chunk while the next is read."""
+    sha = hashlib.sha256()
+    remaining = length
+    hasher: threading.Thread | None = None
+    while remaining:
+        chunk = fh.read(min(_CHUNK, remaining))
+        if hasher is not None:
+            hasher.join()
+        if not chunk:
+            break
+        remaining -= len(chunk)
+        hasher = threading.Thread(target=sha.update, args=(chunk,))
+        hasher.start()
+    if hasher is not None:
+        hasher.join()
+    return sha.hexdigest(), remaining
 
 
 def _signed_fields(header: dict[str, Any]) -> bytes:
@@ -167,16 +198,9 @@ def verify(fh: IO[bytes], header: dict[str, Any], *, where: str, signing_key: st
             f"{where} is signed, but no signing key is configured here: set KINETIC_SIGNING_KEY "
             "(or the connection/block's signing key) to the key the job was submitted with."
         )
-    sha = hashlib.sha256()
     fh.seek(0)
-    remaining = header["body_len"]
-    while remaining:
-        chunk = fh.read(min(_CHUNK, remaining))
-        if not chunk:
-            break
-        sha.update(chunk)
-        remaining -= len(chunk)
-    if remaining or not hmac.compare_digest(sha.hexdigest(), header["sha256"]):
+    digest, remaining = _hash_stream(fh, header["body_len"])
+    if remaining or not hmac.compare_digest(digest, header["sha256"]):
         raise PayloadIntegrityError(
             f"{where} failed its sha256 check: it is corrupt or was modified."
         )

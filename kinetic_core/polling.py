@@ -1,6 +1,6 @@
 """Waiting, in exactly two places: the sync loop (``poll_ticks``) and the async shared poller.
 
-Both are adaptive: the first polls come fast (10 ms, growing 1.5x) so short jobs finish
+Both are adaptive: the first polls come fast (5 ms, growing 1.3x) so short jobs finish
 with low latency, then settle at the configured interval so long jobs cost little.
 The shared poller lives once per event loop; every waiter registers its handle and one
 ``resolve_states`` call per tick covers them all (one bulk backend poll per scope), run
@@ -19,8 +19,8 @@ from typing import Any
 from kinetic_core.errors import WaitTimeout
 from kinetic_core.status import JobState, resolve_states
 
-FIRST_DELAY = 0.01
-GROWTH = 1.5
+FIRST_DELAY = 0.005
+GROWTH = 1.3
 DEFAULT_INTERVAL = 5.0
 
 
@@ -91,8 +91,16 @@ def wait_states(refs: list[Any], *, timeout: float | None = None) -> list[JobSta
 class _Waiter:
     ref: Any
     future: asyncio.Future[JobState]
+
+
+@dataclass
+class _Schedule:
+    """When a job is next due. Kept per job, so a waiter that re-registers (e.g. a trigger
+    streaming logs between waits) continues the backoff instead of restarting it."""
+
     delays: Iterator[float]
-    due: float = 0.0
+    due: float
+    last_waited: float
 
 
 @dataclass
@@ -100,6 +108,7 @@ class SharedPoller:
     """One per event loop: all async waiters share one bulk status call per tick."""
 
     waiters: list[_Waiter] = field(default_factory=list)
+    schedules: dict[str, _Schedule] = field(default_factory=dict)
     polls: int = 0  # resolve_states calls made: what the benchmarks and tests count
     _task: asyncio.Task[None] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -107,7 +116,13 @@ class SharedPoller:
     async def wait(self, ref: Any, timeout: float | None = None) -> JobState:
         """Until the job is terminal. WaitTimeout after ``timeout``; the job keeps running."""
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(ref, loop.create_future(), delays(interval_of(ref)), loop.time())
+        now = loop.time()
+        schedule = self.schedules.get(ref.job_id)
+        if schedule is None:
+            schedule = _Schedule(delays(interval_of(ref)), now, now)
+            self.schedules[ref.job_id] = schedule
+        schedule.last_waited = now
+        waiter = _Waiter(ref, loop.create_future())
         self.waiters.append(waiter)
         self._wake.set()
         if self._task is None or self._task.done():
@@ -126,9 +141,10 @@ class SharedPoller:
         loop = asyncio.get_running_loop()
         while True:
             self.waiters = [w for w in self.waiters if not w.future.done()]
+            self._forget_idle(loop.time())
             if not self.waiters:
                 return
-            next_due = min(w.due for w in self.waiters)
+            next_due = min(self.schedules[w.ref.job_id].due for w in self.waiters)
             self._wake.clear()
             if next_due > loop.time():
                 try:
@@ -136,25 +152,37 @@ class SharedPoller:
                     continue  # a new waiter arrived: recompute when to poll
                 except TimeoutError:
                     pass
-            batch = list(self.waiters)
+            refs = list({w.ref.job_id: w.ref for w in self.waiters}.values())  # one entry per job
             self.polls += 1
+            polled_at = loop.time()  # cadence counts from the poll's start, not its end
             try:
-                states = await asyncio.to_thread(resolve_states, [w.ref for w in batch])
+                states = await asyncio.to_thread(resolve_states, refs)
             except (
                 Exception
             ) as exc:  # persistent errors reach the waiters; backends retry transient ones
-                for w in batch:
+                for w in self.waiters:
                     if not w.future.done():
                         w.future.set_exception(exc)
                 continue
-            now = loop.time()
-            for w, state in zip(batch, states, strict=True):
-                if w.future.done():
-                    continue
-                if state.terminal:
+            by_job = {state.job_id: state for state in states}
+            for w in self.waiters:
+                state = by_job.get(w.ref.job_id)
+                if state is not None and state.terminal and not w.future.done():
                     w.future.set_result(state)
+            for job_id, state in by_job.items():
+                if state.terminal:
+                    self.schedules.pop(job_id, None)
                 else:
-                    w.due = now + next(w.delays)
+                    schedule = self.schedules[job_id]
+                    schedule.due = polled_at + next(schedule.delays)
+
+    def _forget_idle(self, now: float) -> None:
+        """Drop schedules of jobs nobody has waited on for a while (bounded memory)."""
+        waited = {w.ref.job_id for w in self.waiters}
+        for job_id in [
+            j for j, s in self.schedules.items() if j not in waited and now - s.last_waited > 300
+        ]:
+            del self.schedules[job_id]
 
 
 _pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedPoller] = (

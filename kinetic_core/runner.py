@@ -8,10 +8,8 @@ small: this is on the critical path of every job.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import socket
 import sys
 import time
 import traceback
@@ -44,7 +42,7 @@ def _record(storage: Storage, job_id: str, event: str, **fields: Any) -> None:
     data = {
         "event": event,
         "at": time.time(),
-        "host": socket.gethostname(),
+        "host": os.uname().nodename,
         "pid": os.getpid(),
         **fields,
     }
@@ -134,19 +132,25 @@ def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str
     _record(storage, job_id, "finished", **summary)
 
 
+USAGE = "usage: python -m kinetic_core.runner --storage URI --job-id ID"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kinetic_core.runner")
-    parser.add_argument("--storage", required=True)
-    parser.add_argument("--job-id", required=True)
-    args = parser.parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)  # no argparse: keep start-up lean
+    try:
+        storage_uri = args[args.index("--storage") + 1]
+        job_id = args[args.index("--job-id") + 1]
+    except (ValueError, IndexError):
+        print(USAGE, file=sys.stderr)
+        return 2
     for entry in reversed(json.loads(os.environ.get("KINETIC_SYS_PATH", "[]"))):
         if entry not in sys.path:
             sys.path.insert(0, entry)
     try:
-        return run_job(args.storage, args.job_id)
+        return run_job(storage_uri, job_id)
     except Exception as exc:
         print(
-            f"kinetic runner: cannot run job {args.job_id}: {type(exc).__name__}: {exc}",
+            f"kinetic runner: cannot run job {job_id}: {type(exc).__name__}: {exc}",
             file=sys.stderr,
         )
         return 2

@@ -78,12 +78,15 @@ class Faults:
     skip: int = 0  # let this many requests through untouched first
     status: int = 503
     after_work: bool = False  # do the request, then answer with ``status`` (lost response)
+    match: str | None = None  # only requests whose path contains this (None: any request)
     injected: int = 0
     requests: list[str] = field(default_factory=list)  # "METHOD path" of each injected fault
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def take(self) -> tuple[int, bool] | None:
+    def take(self, path: str) -> tuple[int, bool] | None:
         with self.lock:
+            if self.match is not None and self.match not in path:
+                return None
             if self.skip > 0 and self.remaining > 0:
                 self.skip -= 1
                 return None
@@ -115,7 +118,7 @@ class Handler(RequestHandler):
         self.wfile.write(body)
 
     def _route(self, method: str) -> None:
-        fault = self.faults.take()
+        fault = self.faults.take(self.path)
         if fault is not None:
             self.faults.requests.append(f"{method} {self.path}")
         if fault is not None and not fault[1]:
@@ -188,17 +191,25 @@ class EmulatorServer:
         buckets.create_bucket(name, self.storage)
 
     def fail_next(
-        self, n: int, status: int = 503, *, after_work: bool = False, skip: int = 0
+        self,
+        n: int,
+        status: int = 503,
+        *,
+        after_work: bool = False,
+        skip: int = 0,
+        match: str | None = None,
     ) -> None:
         """The next ``n`` requests (after ``skip`` good ones) answer ``status``.
 
-        With ``after_work`` they take effect first: the response is what gets lost.
+        With ``after_work`` they take effect first: the response is what gets lost. With
+        ``match`` only requests whose path contains it count (other traffic passes).
         """
         with self.faults.lock:
             self.faults.remaining = n
             self.faults.skip = skip
             self.faults.status = status
             self.faults.after_work = after_work
+            self.faults.match = match
             self.faults.injected = 0
             self.faults.requests = []
 
@@ -225,9 +236,15 @@ class GCSEmulator:
         return self.server.endpoint
 
     def fail_next(
-        self, n: int, status: int = 503, *, after_work: bool = False, skip: int = 0
+        self,
+        n: int,
+        status: int = 503,
+        *,
+        after_work: bool = False,
+        skip: int = 0,
+        match: str | None = None,
     ) -> None:
-        self.server.fail_next(n, status, after_work=after_work, skip=skip)
+        self.server.fail_next(n, status, after_work=after_work, skip=skip, match=match)
 
     @property
     def injected(self) -> int:

@@ -80,7 +80,7 @@ class LocalBackend:
         cmd = [
             sys.executable,
             "-m",
-            "kinetic_core.backends.local_supervisor",
+            "kinetic_core.supervisor",
             str(job_dir),
             str(spec.target.life_span or 0),
             *spec.runner_args()[2:],

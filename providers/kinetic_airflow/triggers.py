@@ -80,6 +80,12 @@ class KineticJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         handle = self.handle
+        self.log.info(
+            "Waiting for kinetic job %s (connection %s, storage %s)",
+            handle.job_id,
+            self.kinetic_conn_id,
+            handle.storage,
+        )
         try:
             if self.stream_logs:
                 state = await self._wait_streaming(handle)

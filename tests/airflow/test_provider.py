@@ -83,3 +83,16 @@ def test_decorator_splits_target_options_from_operator_arguments() -> None:
     assert op.retries == 2 and op.result == "reference"
     with pytest.raises(kc.ConfigError):
         task.kinetic(target={"gpu": 1})
+
+
+def test_example_dag_parses() -> None:
+    from pathlib import Path
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    path = Path(__file__).parents[2] / "dags_examples" / "nightly_training.py"
+    bag = DagBag(dag_folder=str(path))
+    assert not bag.import_errors, bag.import_errors
+    dag = bag.get_dag("nightly_training")
+    assert {"prepare", "train", "evaluate", "beats_best", "publish", "report"} <= set(dag.task_ids)
+    assert dag.get_task("train").target["accelerator"] == "tpu-v5e-8"

@@ -224,9 +224,10 @@ def test_auth_errors_name_the_credentials(
     gcs_emulator: GCSEmulator, store: GCSStorage, status: int
 ) -> None:
     store.exists("warm-up")
-    gcs_emulator.fail_next(1, status)
+    probe = f"auth-probe-{status}"
+    gcs_emulator.fail_next(1, status, match=probe)
     with pytest.raises(StorageError) as info:
-        store.read_bytes("k")
+        store.read_bytes(probe)
     assert "GOOGLE_APPLICATION_CREDENTIALS" in str(info.value)
     assert "Workload Identity" in str(info.value)
     assert gcs_emulator.injected == 1

@@ -243,3 +243,24 @@ def test_handle_json_has_no_secrets(storage_uri: str, monkeypatch: pytest.Monkey
     assert "top-secret-key" not in job.to_json() and "top-secret-key" not in repr(job)
     assert job.result(timeout=60) == 3
     assert socket.gethostname()
+
+
+def test_rewaiting_continues_the_job_schedule(storage_uri: str) -> None:
+    """Triggers wait in slices (to stream logs between them): the backoff must carry over."""
+    job = kc.submit(jobfns.sleep, (30,), target={"poll_interval": 1.0})
+
+    async def main() -> None:
+        poller = kc.shared_poller()
+        with pytest.raises(kc.WaitTimeout):
+            await job.await_done(timeout=0.3)
+        schedule = poller.schedules[job.job_id]
+        polls_after_first_slice = poller.polls
+        due_after_first_slice = schedule.due
+        with pytest.raises(kc.WaitTimeout):
+            await job.await_done(timeout=0.3)
+        assert poller.schedules[job.job_id] is schedule  # same schedule, not a fresh fast one
+        assert schedule.due >= due_after_first_slice
+        assert poller.polls >= polls_after_first_slice
+
+    asyncio.run(main())
+    job.cancel()
