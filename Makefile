@@ -49,8 +49,15 @@ test-prefect: env-prefect
 
 test: lint docs test-core test-kubernetes test-airflow test-prefect
 
-demo: env
+## the main job on the embedded default: the nightly pipeline in Airflow 3 and in Prefect 3
+demo: env env-airflow env-prefect
+	@echo "== kinetic_core: train, then evaluate =="
 	.venv/bin/python dags_examples/demo_core.py
+	@echo "== Airflow 3: nightly_training (airflow dags test) =="
+	bash dags_examples/run_airflow_demo.sh
+	@echo "== Prefect 3: nightly_training_prefect =="
+	PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_HOME=$$(mktemp -d) \
+	  .venv-prefect/bin/python dags_examples/nightly_training_prefect.py
 
 bench: env
 	for b in bench/roundtrip.py bench/shared_poller.py bench/payload.py bench/batch.py; do \

@@ -214,11 +214,16 @@ class JobHandle:
             ) from None
         if not body["success"]:
             raise rebuild_exception(body, self.job_id)
-        record = {"at": time.time(), "host": socket.gethostname()}
-        storage.write_bytes(self._path("collected.json"), json.dumps(record).encode())
+        self.mark_collected()
         if cleanup:
             self.cleanup()
         return body["value"]
+
+    def mark_collected(self) -> None:
+        """Record that the result was delivered without reading it (e.g. the caller passed
+        a reference on). An idempotent submit with this job's key then starts a new attempt."""
+        record = {"at": time.time(), "host": socket.gethostname()}
+        self._storage().write_bytes(self._path("collected.json"), json.dumps(record).encode())
 
     # ---- stop -----------------------------------------------------------------------------
     def cancel(self) -> bool:

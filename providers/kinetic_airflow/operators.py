@@ -348,6 +348,7 @@ class KineticOperator(_KineticBase):
                 "output_dir": handle.output_dir,
                 "storage": handle.storage,
             }
+            handle.mark_collected()  # delivered: clearing this task later runs a new job
         else:
             try:
                 value = handle.result(timeout=60)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-_HOME = Path(tempfile.mkdtemp(prefix="kinetic-airflow-"))
+_HOME = Path(tempfile.mkdtemp(prefix="af-provider-tests-"))
 DAGS = Path(__file__).parent / "dags"
 STORAGE = _HOME / "kinetic"
 os.environ.update(

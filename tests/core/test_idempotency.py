@@ -97,3 +97,15 @@ def test_fifty_processes_one_key_one_job(storage_uri: str, tmp_path: Path) -> No
     ids = {out.strip() for out, _ in outs}
     assert len(ids) == 1
     assert _job_dirs(storage_uri) == sorted(ids)
+
+
+def test_mark_collected_lets_the_key_run_again(storage_uri: str) -> None:
+    """A result passed on by reference counts as delivered: the next submit is a new attempt."""
+    first = kc.submit(jobfns.add, (1, 2), idempotency_key="by-reference")
+    first.wait(timeout=60)
+    assert kc.submit(jobfns.add, (1, 2), idempotency_key="by-reference").job_id == first.job_id
+    first.mark_collected()
+    second = kc.submit(jobfns.add, (1, 2), idempotency_key="by-reference")
+    assert second.attempt == 2
+    assert first.result(timeout=60, cleanup=False) == 3  # the result itself is still there
+    assert second.result(timeout=60) == 3
