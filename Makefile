@@ -30,6 +30,7 @@ k8s-binaries:
 
 lint: env
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 
 docs: env
@@ -42,9 +43,11 @@ test-kubernetes: env k8s-binaries
 	.venv/bin/pytest tests/kubernetes $(PYTEST_FLAGS)
 
 test-airflow: env-airflow
+	.venv-airflow/bin/mypy providers/kinetic_airflow
 	.venv-airflow/bin/pytest tests/airflow $(PYTEST_FLAGS)
 
 test-prefect: env-prefect
+	.venv-prefect/bin/mypy providers/kinetic_prefect
 	.venv-prefect/bin/pytest tests/prefect $(PYTEST_FLAGS)
 
 test: lint docs test-core test-kubernetes test-airflow test-prefect

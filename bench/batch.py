@@ -97,8 +97,12 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=1000, help="children")
     parser.add_argument("--max-concurrency", type=int, default=32)
     parser.add_argument("--interval", type=float, default=1.0, help="Target.poll_interval")
-    parser.add_argument("--warmup", type=float, default=5.0,
-                        help="seconds of the waiter's adaptive ramp left out of the poll rate")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=5.0,
+        help="seconds of the waiter's adaptive ramp left out of the poll rate",
+    )
     parser.add_argument("--attach-repeats", type=int, default=5)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="kinetic-bench-batch-"))
@@ -179,8 +183,12 @@ def run(args: argparse.Namespace, tmp: Path) -> Any:
     walls: list[float] = []
     for _ in range(args.attach_repeats):
         a0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", ATTACH_CODE, batch.group_id, storage],
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-c", ATTACH_CODE, batch.group_id, storage],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         walls.append(time.perf_counter() - a0)
         attach.append(json.loads(proc.stdout.strip().splitlines()[-1]))
 
@@ -189,41 +197,56 @@ def run(args: argparse.Namespace, tmp: Path) -> Any:
     book_files = sum(f for k, (_, f) in books.items() if not k.startswith("("))
     per_child = book_bytes / args.n
 
-    print(f"\n{args.n} no-op children, max_concurrency={args.max_concurrency}, "
-          f"poll_interval={args.interval:g}s")
+    print(
+        f"\n{args.n} no-op children, max_concurrency={args.max_concurrency}, "
+        f"poll_interval={args.interval:g}s"
+    )
     print(f"  submit_map() returned (manifest written)   {t_manifest - t0:8.3f} s")
-    print(f"  wait_submitted(): all children launched    {t_submitted - t0:8.2f} s   "
-          f"({args.n / (t_submitted - t0):.1f} children/s)")
+    print(
+        f"  wait_submitted(): all children launched    {t_submitted - t0:8.2f} s   "
+        f"({args.n / (t_submitted - t0):.1f} children/s)"
+    )
     print(f"  every child terminal (batch.wait())        {t_done - t0:8.2f} s")
     print(f"  results(): collect + clean up all          {t_results:8.2f} s")
     print(f"  status_counts() here: {counts_local}")
+
     def amed(key: str) -> float:
         return statistics.median([a[key] for a in attach])
 
     print(f"\nreattach in a fresh process (median of {args.attach_repeats})")
-    print(f"  attach_batch() + status_counts()           {amed('attach') + amed('counts_s'):8.3f} s"
-          f"   (attach {amed('attach'):.3f} s, status_counts {amed('counts_s'):.3f} s, "
-          f"{amed('counts_s') / args.n * 1000:.2f} ms/child)")
+    print(
+        f"  attach_batch() + status_counts()           {amed('attach') + amed('counts_s'):8.3f} s"
+        f"   (attach {amed('attach'):.3f} s, status_counts {amed('counts_s'):.3f} s, "
+        f"{amed('counts_s') / args.n * 1000:.2f} ms/child)"
+    )
     print(f"  import kinetic_core + its batch module     {amed('import'):8.3f} s")
     print(f"  whole subprocess (interpreter included)    {statistics.median(walls):8.3f} s")
     print(f"  counts seen there: {attach[-1]['counts']}")
 
     print("\nbackend polls while waiting (thread blocked in batch.wait())")
-    print(f"  {'waiter, steady state':<34}{rate:8.2f} per interval  "
-          f"({len(steady)} polls over {span:.1f}s, median {pending_refs:.0f} refs each)")
-    print(f"  {'waiter, incl. adaptive warm-up':<34}{len(mine):8d} polls over "
-          f"{waited['end'] - waited['start']:.1f}s")
+    print(
+        f"  {'waiter, steady state':<34}{rate:8.2f} per interval  "
+        f"({len(steady)} polls over {span:.1f}s, median {pending_refs:.0f} refs each)"
+    )
+    print(
+        f"  {'waiter, incl. adaptive warm-up':<34}{len(mine):8d} polls over "
+        f"{waited['end'] - waited['start']:.1f}s"
+    )
     if races:
         print(f"  CORE RACE: batch.wait() raised {len(races)}x {races[0]!r} (restarted)")
     print(f"  {'baseline: one poll per child':<34}{pending_refs:8.0f} per interval")
-    print(f"  {'submitter slot waits (apart)':<34}{len(submitter):8d} polls over {sub_span:.1f}s "
-          f"({len(submitter) / sub_span:.1f}/s; its own 0.5 s loop)")
+    print(
+        f"  {'submitter slot waits (apart)':<34}{len(submitter):8d} polls over {sub_span:.1f}s "
+        f"({len(submitter) / sub_span:.1f}/s; its own 0.5 s loop)"
+    )
 
     print("\nbookkeeping after results() (logical bytes)")
     for key, (nbytes, files) in books.items():
         print(f"  {key:<44}{nbytes:>10} B {files:>6} files {nbytes / args.n:>8.0f} B/child")
-    print(f"  {'total bookkeeping':<44}{book_bytes:>10} B {book_files:>6} files "
-          f"{per_child:>8.0f} B/child")
+    print(
+        f"  {'total bookkeeping':<44}{book_bytes:>10} B {book_files:>6} files "
+        f"{per_child:>8.0f} B/child"
+    )
 
     print("\nGoals")
     ok1 = per_child <= 2048

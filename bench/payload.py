@@ -168,9 +168,19 @@ def run_child(variant: str, size: int, workdir: Path) -> dict[str, Any]:
     sub.mkdir()
     try:
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", variant, "--size-mb", str(size // MB),
-             "--workdir", str(sub)],
-            capture_output=True, text=True, check=False,
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                variant,
+                "--size-mb",
+                str(size // MB),
+                "--workdir",
+                str(sub),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if proc.returncode != 0:
             raise SystemExit(f"variant {variant} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -218,24 +228,32 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
     moved = 2 * size / MB
     base = med([r["seconds"] for r in results["write+read"]])
     print(f"\n{moved:.0f} MiB moved per run (argument + result), median of {args.repeats}")
-    print(f"{'variant':<14}{'wall s':>9}{'MiB/s':>9}{'vs write+read':>15}"
-          f"{'peak RSS MiB':>14}{'x payload':>11}{'job peak MiB':>14}")
+    print(
+        f"{'variant':<14}{'wall s':>9}{'MiB/s':>9}{'vs write+read':>15}"
+        f"{'peak RSS MiB':>14}{'x payload':>11}{'job peak MiB':>14}"
+    )
     for variant, runs in results.items():
         secs = med([r["seconds"] for r in runs])
         peak = med([r["self_peak_mb"] for r in runs])
         job = med([r["job_peak_mb"] for r in runs]) if "job_peak_mb" in runs[0] else None
         job_txt = f"{job:>14.0f}" if job is not None else f"{'-':>14}"
-        print(f"{variant:<14}{secs:>9.2f}{moved / secs:>9.0f}{base / secs:>14.2f}x"
-              f"{peak:>14.0f}{peak / (size / MB):>10.2f}x{job_txt}")
+        print(
+            f"{variant:<14}{secs:>9.2f}{moved / secs:>9.0f}{base / secs:>14.2f}x"
+            f"{peak:>14.0f}{peak / (size / MB):>10.2f}x{job_txt}"
+        )
     kin = results["kinetic"]
-    print(f"(interpreter baseline RSS before the payload: {med([r['base_mb'] for r in kin]):.0f} "
-          "MiB in the kinetic child)")
+    print(
+        f"(interpreter baseline RSS before the payload: {med([r['base_mb'] for r in kin]):.0f} "
+        "MiB in the kinetic child)"
+    )
 
     print("\nkinetic, where the time goes (median)")
     for key in kin[0]["parts"]:
         print(f"  {key:<58}{med([r['parts'][key] for r in kin]):7.2f} s")
-    print(f"  {'  of which: supervisor exit -> wait() notices':<58}"
-          f"{med([r['exit_to_detect'] for r in kin]):7.2f} s")
+    print(
+        f"  {'  of which: supervisor exit -> wait() notices':<58}"
+        f"{med([r['exit_to_detect'] for r in kin]):7.2f} s"
+    )
     print("unit costs per pass over the payload (one run)")
     for key, value in parts.items():
         print(f"  {key:<58}{value:7.2f} s")
@@ -245,10 +263,13 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
     print("\nGoals")
     ok1 = base / secs >= 0.7
     ok2 = peak <= 1.5 * size / MB
-    print(f"  throughput >= 0.7x write+read:       {base / secs:.2f}x   "
-          f"{'MET' if ok1 else 'MISSED'}")
-    print(f"  submitter peak RSS <= 1.5x payload:  {peak / (size / MB):.2f}x   "
-          f"{'MET' if ok2 else 'MISSED'}")
+    print(
+        f"  throughput >= 0.7x write+read:       {base / secs:.2f}x   {'MET' if ok1 else 'MISSED'}"
+    )
+    print(
+        f"  submitter peak RSS <= 1.5x payload:  {peak / (size / MB):.2f}x   "
+        f"{'MET' if ok2 else 'MISSED'}"
+    )
     return 0
 
 

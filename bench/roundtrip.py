@@ -80,7 +80,9 @@ def importtime(module: str, repeats: int) -> tuple[float, list[tuple[str, float]
     for _ in range(repeats):
         proc = subprocess.run(
             [sys.executable, "-X", "importtime", "-c", f"import {module}"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         direct: list[tuple[str, float]] = []  # importtime prints children before parents
         for line in proc.stderr.splitlines():
@@ -207,9 +209,11 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     for name, values in samples.items():
         m = med(values)
         print(f"{name:<26}{ms(m):>12}{ms(min(values)):>12}{ms(max(values)):>12}{m / bare:>9.2f}x")
-    print(f"backend polls per kinetic round trip: median {med(polls_per_rt):g} "
-          f"(min {min(polls_per_rt)}, max {max(polls_per_rt)}); includes the polls of "
-          "result()'s cleanup")
+    print(
+        f"backend polls per kinetic round trip: median {med(polls_per_rt):g} "
+        f"(min {min(polls_per_rt)}, max {max(polls_per_rt)}); includes the polls of "
+        "result()'s cleanup"
+    )
     print("\nGoals")
     ok1 = kin <= 3 * bare
     print(f"  kinetic <= 3x bare spawn:      {kin / bare:5.2f}x   {'MET' if ok1 else 'MISSED'}")
@@ -232,8 +236,9 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     bare_start = med([time_bare() for _ in range(args.importtime_repeats)])
     for module in ("kinetic_core.supervisor", "kinetic_core.runner"):
         total, top = importtime(module, args.importtime_repeats)
-        print(f"  import {module}: {ms(total)} cumulative "
-              f"(bare interpreter start {ms(bare_start)})")
+        print(
+            f"  import {module}: {ms(total)} cumulative (bare interpreter start {ms(bare_start)})"
+        )
         for name, value in top:
             print(f"      {name:<36}{ms(value)}")
     print(f"\nJob-side startup, wall of `python -c IMPORTS`, median of {args.importtime_repeats}")

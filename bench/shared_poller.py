@@ -188,8 +188,10 @@ def main() -> int:
     args.jobs = min(args.jobs, args.waiters)
     need = args.jobs * JOB_MB
     if need > 0.6 * mem_available_mb():
-        raise SystemExit(f"{args.jobs} jobs need ~{need} MB; only {mem_available_mb():.0f} MB "
-                         "available. Use fewer --jobs (waiters are spread over them).")
+        raise SystemExit(
+            f"{args.jobs} jobs need ~{need} MB; only {mem_available_mb():.0f} MB "
+            "available. Use fewer --jobs (waiters are spread over them)."
+        )
     tmp = Path(tempfile.mkdtemp(prefix="kinetic-bench-poller-"))
     handles: list[Any] = []
     try:
@@ -207,8 +209,9 @@ def run(args: argparse.Namespace, tmp: Path, handles: list[Any]) -> int:
     from kinetic_core.backends import get_backend
 
     run_for = args.warmup + args.measure
-    target = kc.Target(storage=f"file://{root}", poll_interval=args.interval,
-                       life_span=4 * run_for + 300)  # a safety net should cleanup not run
+    target = kc.Target(
+        storage=f"file://{root}", poll_interval=args.interval, life_span=4 * run_for + 300
+    )  # a safety net should cleanup not run
     print(f"load average before: {load_avg()}  (cores: {os.cpu_count()})")
     t0 = time.perf_counter()
     for _ in range(args.jobs):
@@ -216,9 +219,11 @@ def run(args: argparse.Namespace, tmp: Path, handles: list[Any]) -> int:
     t1 = time.perf_counter()
     wait_started(root, handles, timeout=300)
     t2 = time.perf_counter()
-    print(f"submitted {args.jobs} real sleeping jobs in {t1 - t0:.1f} s; all running after "
-          f"{t2 - t0:.1f} s; {args.waiters} waiters spread over them "
-          f"({args.waiters / args.jobs:g} per job)")
+    print(
+        f"submitted {args.jobs} real sleeping jobs in {t1 - t0:.1f} s; all running after "
+        f"{t2 - t0:.1f} s; {args.waiters} waiters spread over them "
+        f"({args.waiters / args.jobs:g} per job)"
+    )
     time.sleep(2.0)  # let the launch load settle
 
     counter = PollCounter(get_backend(target.resolve()))
@@ -227,27 +232,41 @@ def run(args: argparse.Namespace, tmp: Path, handles: list[Any]) -> int:
     if shared["finished_early"] or baseline["finished_early"]:
         print("WARNING: some waiters finished: jobs were not all RUNNING", file=sys.stderr)
 
-    print(f"\n{args.waiters} waiters, poll_interval={args.interval:g}s, "
-          f"steady state over {args.measure:g}s after {args.warmup:g}s warm-up")
-    header = (f"{'variant':<22}{'polls/interval':>15}{'refs/poll':>11}{'poll ms':>9}"
-              f"{'max stall':>11}{'(incl. reg.)':>13}{'CPU s/interval':>16}")
+    print(
+        f"\n{args.waiters} waiters, poll_interval={args.interval:g}s, "
+        f"steady state over {args.measure:g}s after {args.warmup:g}s warm-up"
+    )
+    header = (
+        f"{'variant':<22}{'polls/interval':>15}{'refs/poll':>11}{'poll ms':>9}"
+        f"{'max stall':>11}{'(incl. reg.)':>13}{'CPU s/interval':>16}"
+    )
     print(header)
     for r in (shared, baseline):
-        print(f"{r['name']:<22}{r['polls_per_interval']:>15.2f}{r['refs_per_poll']:>11.0f}"
-              f"{r['poll_ms']:>9.1f}{r['stall_window']:>10.3f}s{r['stall_all']:>12.3f}s"
-              f"{r['cpu_per_interval']:>16.3f}")
+        print(
+            f"{r['name']:<22}{r['polls_per_interval']:>15.2f}{r['refs_per_poll']:>11.0f}"
+            f"{r['poll_ms']:>9.1f}{r['stall_window']:>10.3f}s{r['stall_all']:>12.3f}s"
+            f"{r['cpu_per_interval']:>16.3f}"
+        )
     ratio = baseline["polls_per_interval"] / max(shared["polls_per_interval"], 1e-9)
-    print(f"shared_poller().polls (resolve_states calls) in the shared phase: "
-          f"{shared['shared_poller_polls']} over {args.warmup + args.measure:g}s incl. warm-up")
-    print(f"backend polls: baseline / shared = {ratio:.0f}x; CPU: baseline / shared = "
-          f"{baseline['cpu_per_interval'] / max(shared['cpu_per_interval'], 1e-9):.1f}x")
+    print(
+        f"shared_poller().polls (resolve_states calls) in the shared phase: "
+        f"{shared['shared_poller_polls']} over {args.warmup + args.measure:g}s incl. warm-up"
+    )
+    print(
+        f"backend polls: baseline / shared = {ratio:.0f}x; CPU: baseline / shared = "
+        f"{baseline['cpu_per_interval'] / max(shared['cpu_per_interval'], 1e-9):.1f}x"
+    )
     print("\nGoals (shared poller)")
     ok1 = shared["polls_per_interval"] <= 1.05
     ok2 = shared["stall_all"] < 0.2
-    print(f"  1 backend poll per interval: {shared['polls_per_interval']:.2f}   "
-          f"{'MET' if ok1 else 'MISSED'}")
-    print(f"  longest stall < 0.2 s:       {shared['stall_all']:.3f} s (incl. registration)   "
-          f"{'MET' if ok2 else 'MISSED'}")
+    print(
+        f"  1 backend poll per interval: {shared['polls_per_interval']:.2f}   "
+        f"{'MET' if ok1 else 'MISSED'}"
+    )
+    print(
+        f"  longest stall < 0.2 s:       {shared['stall_all']:.3f} s (incl. registration)   "
+        f"{'MET' if ok2 else 'MISSED'}"
+    )
     print(f"\nload average after: {load_avg()}")
     return 0
 

@@ -14,7 +14,7 @@ from kinetic_airflow.operators import KineticOperator
 TARGET_FIELDS = frozenset(f.name for f in dataclasses.fields(kc.Target)) - {"signing_key"}
 
 
-class _KineticDecoratedOperator(DecoratedOperator, KineticOperator):
+class _KineticDecoratedOperator(DecoratedOperator, KineticOperator):  # type: ignore[misc]
     """Taskflow wrapper around KineticOperator; arguments may be upstream XComs."""
 
     template_fields: Sequence[str] = ("op_args", "op_kwargs", "target", "job_tags")

@@ -20,7 +20,9 @@ def _at(value: datetime | None) -> str:
 
 def job_markdown(handle: kc.JobHandle, state: kc.JobState, *, reattached: bool) -> str:
     """Job id, target and final state, with a table of the job's state history."""
-    history = [("PENDING", state.created_at, "submitted", "")]
+    history: list[tuple[str, datetime | None, str | None, str | None]] = [
+        ("PENDING", state.created_at, "submitted", "")
+    ]
     if state.started_at:
         history.append(("RUNNING", state.started_at, "", ""))
     if state.terminal:

@@ -345,10 +345,10 @@ async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     if state is None:  # the flow run is being cancelled
         if spec.cancel_on_cancel:
             await cancel_job(handle, logger, "the flow run was cancelled")
-            state = await asyncio.to_thread(handle.state)
-        await attach_artifact(handle, state, reattached, logger)
+        current = await asyncio.to_thread(handle.state)
+        await attach_artifact(handle, current, reattached, logger)
         return Cancelled(
-            message=f"Flow run cancelled; Kinetic job {handle.job_id} is {state.status.value}."
+            message=f"Flow run cancelled; Kinetic job {handle.job_id} is {current.status.value}."
         )
     logger.info(
         "Kinetic job %s finished: %s%s",
@@ -419,7 +419,7 @@ class KineticTask(Task[..., Any]):
             return run_coro_as_sync(result)
         return result
 
-    def with_options(self, *args: Any, **kwargs: Any) -> KineticTask:  # type: ignore[override]
+    def with_options(self, *args: Any, **kwargs: Any) -> KineticTask:
         new = super().with_options(*args, **kwargs)
         new.__class__ = KineticTask
         return cast(KineticTask, new)
@@ -499,7 +499,7 @@ def kinetic_task(
             overrides=overrides,
             cancel_on_cancel=bool(cancel_on_cancel),
             log_interval=float(log_interval),
-            job_name=job_name or getattr(f, "__qualname__", "job"),
+            job_name=job_name or getattr(f, "__qualname__", None) or "job",
             job_tags=dict(job_tags or {}),
             keep_result=bool(keep_result),
         )
