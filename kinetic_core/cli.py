@@ -116,7 +116,12 @@ def jobs_logs(args: argparse.Namespace) -> int:
     handle = attach(args.job_id, target=_target(args))
     if args.follow:
         for line in handle.follow_logs():
-            print(line, flush=True)
+            print(
+                json.dumps({"job_id": handle.job_id, "line": line}) if args.json else line,
+                flush=True,
+            )
+    elif args.json:
+        _emit_json({"job_id": handle.job_id, "lines": handle.logs(tail=args.tail).splitlines()})
     else:
         sys.stdout.write(handle.logs(tail=args.tail))
     return 0
@@ -305,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job_id")
     p.add_argument("--tail", type=int, metavar="N")
     p.add_argument("--follow", "-f", action="store_true")
+    p.add_argument("--json", action="store_true", help="JSON (one object per line with --follow)")
     p.set_defaults(func=jobs_logs)
     p = jobs.add_parser("result", help="wait for and print a job's result")
     p.add_argument("job_id")

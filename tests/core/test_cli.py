@@ -30,6 +30,8 @@ def test_jobs_list_status_logs_result(storage_uri: str, capsys: pytest.CaptureFi
     assert capsys.readouterr().out.strip() == "line 2"
     assert main(["jobs", "logs", ok.job_id, "--follow"]) == 0
     assert "line 0" in capsys.readouterr().out
+    code, logs = _json(capsys, ["jobs", "logs", ok.job_id, "--json", "--tail", "2"])
+    assert logs == {"job_id": ok.job_id, "lines": ["line 1", "line 2"]}
     code, result = _json(capsys, ["jobs", "result", ok.job_id, "--json"])
     assert code == 0 and result == {"job_id": ok.job_id, "result": 3}
     assert main(["jobs", "list"]) == 0
