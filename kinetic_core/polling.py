@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kinetic_core.errors import WaitTimeout
-from kinetic_core.status import JobState, resolve_states
+from kinetic_core.status import JobState, backend_for, resolve_states
 
 FIRST_DELAY = 0.005
 GROWTH = 1.3
@@ -36,12 +36,17 @@ def delays(interval: float, first: float = FIRST_DELAY) -> Iterator[float]:
 
 
 def poll_ticks(
-    *, interval: float, timeout: float | None, describe: Callable[[], str]
+    *,
+    interval: float,
+    timeout: float | None,
+    describe: Callable[[], str],
+    watching: Callable[[], list[Any]] | None = None,
 ) -> Iterator[None]:
     """THE sync wait loop. Yields; the caller checks and ``break``s when done.
 
     Between ticks it sleeps adaptively; past ``timeout`` it raises WaitTimeout using
-    ``describe()`` to say what was still unfinished.
+    ``describe()`` to say what was still unfinished. With ``watching`` (the handles still
+    awaited), a backend that can tell when one of its jobs ends cuts the sleep short.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     for delay in delays(interval):
@@ -51,7 +56,20 @@ def poll_ticks(
             if remaining <= 0:
                 raise WaitTimeout(f"Timed out after {timeout:g}s: {describe()}")
             delay = min(delay, remaining)
-        time.sleep(delay)
+        _sleep(delay, watching() if watching is not None else [])
+
+
+def _sleep(delay: float, refs: list[Any]) -> None:
+    """Sleep ``delay``, or less if the (single) backend of ``refs`` sees a job end first."""
+    if refs:
+        backends = {b.scope: b for b in map(backend_for, refs)}
+        if len(backends) == 1:
+            backend = next(iter(backends.values()))
+            sleep_until_change = getattr(backend, "sleep_until_change", None)
+            if sleep_until_change is not None:
+                sleep_until_change([r.job_id for r in refs], delay)
+                return
+    time.sleep(delay)
 
 
 def timeout_message(states: list[JobState]) -> str:
@@ -72,7 +90,10 @@ def wait_states(refs: list[Any], *, timeout: float | None = None) -> list[JobSta
     def describe() -> str:
         return timeout_message(latest)
 
-    for _ in poll_ticks(interval=interval, timeout=timeout, describe=describe):
+    def watching() -> list[Any]:
+        return [refs[i] for i, s in enumerate(latest) if not s.terminal] if latest else []
+
+    for _ in poll_ticks(interval=interval, timeout=timeout, describe=describe, watching=watching):
         if not latest:
             latest.extend(resolve_states(refs))
         else:

@@ -13,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: helper modul
 
 from gcs_emulator import BUCKET, EmulatorServer, GCSEmulator
 
+from tests.cleanup import kill_leftovers
+
 # Supervisors escalate SIGTERM to SIGKILL after this grace; keep cancellation tests quick.
 os.environ.setdefault("KINETIC_KILL_GRACE", "2")
 
@@ -25,21 +27,7 @@ def storage_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
     monkeypatch.delenv("KINETIC_SIGNING_KEY", raising=False)
     monkeypatch.delenv("KINETIC_BACKEND", raising=False)
     yield uri
-    _kill_leftovers(tmp_path / "store")
-
-
-def _kill_leftovers(root: Path) -> None:
-    """Cancel any job a failing test left running, so processes never leak."""
-    import json
-    import signal
-
-    for launch in root.glob("backend-local/*/launch.json"):
-        if (launch.parent / "exit.json").exists():
-            continue
-        try:
-            os.killpg(json.loads(launch.read_text())["pid"], signal.SIGKILL)
-        except (ProcessLookupError, ValueError, KeyError, PermissionError):
-            pass
+    kill_leftovers(tmp_path / "store")
 
 
 # ---- GCS emulator ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from kinetic_core.errors import SubmissionError
 from kinetic_core.procs import process_alive, start_ticks
 
 LOG_CHUNK = 1 << 20
+MAX_PIDFDS = 256  # jobs watched for an early wake-up per sleep; beyond that, the backoff rules
 # Supervisors this process launched, kept so they are reaped (no zombies) once they exit.
 _children: list[subprocess.Popen[bytes]] = []
 
@@ -160,6 +162,33 @@ class LocalBackend:
 
     def poll(self, job_ids: list[str]) -> dict[str, BackendState]:
         return {job_id: self._state(job_id) for job_id in job_ids}
+
+    def sleep_until_change(self, job_ids: list[str], timeout: float) -> None:
+        """Sleep up to ``timeout``, waking as soon as one of the jobs' supervisors exits.
+
+        A pidfd becomes readable when its process ends, so a waiter notices a finished
+        job at once instead of at its next backoff tick. Falls back to a plain sleep where
+        pidfds are unavailable or the jobs run on another host.
+        """
+        fds: list[int] = []
+        try:
+            for job_id in job_ids[:MAX_PIDFDS]:
+                launch = self._launch_record(job_id)
+                if launch is None or launch.get("host") != socket.gethostname():
+                    continue
+                try:
+                    fds.append(os.pidfd_open(launch["pid"]))
+                except ProcessLookupError:
+                    return  # already gone: poll now
+                except (AttributeError, OSError):
+                    break
+            if fds:
+                select.select(fds, [], [], timeout)
+            else:
+                time.sleep(timeout)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     # ---- logs ---------------------------------------------------------------------------
     def logs(self, job_id: str, tail: int | None = None) -> str:

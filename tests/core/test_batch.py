@@ -26,6 +26,7 @@ import pytest
 import kinetic_core as kc
 import kinetic_core.batch as batch_module
 from kinetic_core.backends import get_backend
+from tests.cleanup import kill_leftovers
 from tests.core import batch_helpers as h
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,17 +75,6 @@ class Store:
 
     def handle(self, job_id: str) -> dict[str, Any]:
         return json.loads((self.root / "jobs" / job_id / "handle.json").read_text())
-
-
-def kill_leftovers(root: Path) -> None:
-    """Kill every child a test left running (their supervisors lead their own groups)."""
-    for launch in root.glob("backend-local/*/launch.json"):
-        if (launch.parent / "exit.json").exists():
-            continue
-        try:
-            os.killpg(json.loads(launch.read_text())["pid"], signal.SIGKILL)
-        except (ProcessLookupError, ValueError, KeyError, PermissionError):
-            pass
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,19 +18,10 @@ import pytest
 
 import kinetic_core as kc
 from kinetic_core.cli import main
+from tests.cleanup import kill_leftovers
 from tests.core import batch_helpers as h
 
 os.environ.setdefault("KINETIC_KILL_GRACE", "2")
-
-
-def kill_leftovers(root: Path) -> None:
-    for launch in root.glob("backend-local/*/launch.json"):
-        if (launch.parent / "exit.json").exists():
-            continue
-        try:
-            os.killpg(json.loads(launch.read_text())["pid"], signal.SIGKILL)
-        except (ProcessLookupError, ValueError, KeyError, PermissionError):
-            pass
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:

@@ -264,3 +264,15 @@ def test_rewaiting_continues_the_job_schedule(storage_uri: str) -> None:
 
     asyncio.run(main())
     job.cancel()
+
+
+@pytest.mark.timeout(30)
+def test_local_backend_wakes_the_wait_when_a_job_ends(storage_uri: str) -> None:
+    """The sync loop's sleep ends when a supervisor exits, not at the next backoff tick."""
+    from kinetic_core.backends import get_backend
+
+    job = kc.submit(jobfns.sleep, (0.5, "done"))
+    backend = get_backend(kc.Target().resolve())
+    backend.sleep_until_change([job.job_id], 600)  # type: ignore[attr-defined]
+    assert job.state().terminal  # it returned because the job ended (a missed wake-up times out)
+    assert job.result(timeout=10) == "done"
