@@ -125,3 +125,22 @@ def test_batch_operator(dagbag: Any) -> None:
     ti = tis[("sweep", -1)]
     assert xcom(ti) == [1, 4, 9]
     assert xcom(ti, "group_id")
+
+
+def test_batch_operator_failure_shows_partial_results(
+    dagbag: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    dr, tis = run(dagbag, "kt_batch_failure")
+    assert dr.state == "failed"
+    assert tis[("sweep", -1)].state == "failed"
+    out = "".join(capfd.readouterr())
+    assert "1 of 3 jobs failed" in out
+    assert "ValueError: two is not allowed" in out
+    assert "partial results (None where failed): [1, None, 9]" in out
+
+
+def test_sensor_in_poke_mode(dagbag: Any) -> None:
+    handle = kc.submit(_sleep_then, (11, 1.0), name="outside-poke")
+    dr, tis = run(dagbag, "kt_sensor_poke", run_conf={"job_id": handle.job_id})
+    assert dr.state == "success"
+    assert xcom(tis[("wait", -1)]) == 11

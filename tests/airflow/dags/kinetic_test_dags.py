@@ -89,3 +89,32 @@ with DAG("kt_batch", schedule=None, start_date=START, catchup=False):
     KineticBatchOperator(
         task_id="sweep", python_callable=square, inputs=[1, 2, 3], max_concurrency=3, target=FAST
     )
+
+
+def square_but_not_two(x: int) -> int:
+    if x == 2:
+        raise ValueError("two is not allowed")
+    return x * x
+
+
+with DAG("kt_batch_failure", schedule=None, start_date=START, catchup=False):
+    KineticBatchOperator(
+        task_id="sweep",
+        python_callable=square_but_not_two,
+        inputs=[1, 2, 3],
+        max_concurrency=3,
+        target=FAST,
+        retries=0,
+    )
+
+with DAG("kt_sensor_poke", schedule=None, start_date=START, catchup=False):
+    KineticJobSensor(
+        task_id="wait",
+        job_id="{{ params.job_id }}",
+        deferrable=False,
+        mode="poke",
+        collect_result=True,
+        poll_interval=0.5,
+        timeout=120,
+        params={"job_id": "x00"},
+    )
