@@ -16,11 +16,11 @@ import sys
 import time
 from types import FrameType
 
-KILL_GRACE = float(os.environ.get("KINETIC_KILL_GRACE", "5"))
-
 
 def main(argv: list[str]) -> int:
     job_dir, life_span, runner_argv = argv[0], float(argv[1]), argv[2:]
+    # Read per job (a zygote-forked supervisor runs with each submitter's environment).
+    kill_grace = float(os.environ.get("KINETIC_KILL_GRACE", "5"))
     child = os.fork()
     if child == 0:
         code = 2
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
         except ProcessLookupError:
             return
         signal.signal(signal.SIGALRM, lambda *_: _kill(child))
-        signal.setitimer(signal.ITIMER_REAL, KILL_GRACE)
+        signal.setitimer(signal.ITIMER_REAL, kill_grace)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         stop("Cancelled")

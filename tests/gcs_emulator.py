@@ -83,9 +83,9 @@ class Faults:
     requests: list[str] = field(default_factory=list)  # "METHOD path" of each injected fault
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def take(self, path: str) -> tuple[int, bool] | None:
+    def take(self, request: str) -> tuple[int, bool] | None:
         with self.lock:
-            if self.match is not None and self.match not in path:
+            if self.match is not None and self.match not in request:
                 return None
             if self.skip > 0 and self.remaining > 0:
                 self.skip -= 1
@@ -117,8 +117,22 @@ class Handler(RequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _matchable(self) -> str:
+        """Path and (for uploads) body: multipart uploads name the object in the body.
+
+        The body is read here and handed back to the emulator's handler unchanged.
+        """
+        if self.faults.match is None or self.faults.match in self.path:
+            return self.path
+        length = int(self.headers.get("Content-Length") or 0)
+        if not length:
+            return self.path
+        body = self.rfile.read(length)
+        self.rfile = io.BytesIO(body)
+        return f"{self.path} {body[:65536].decode('latin-1')}"
+
     def _route(self, method: str) -> None:
-        fault = self.faults.take(self.path)
+        fault = self.faults.take(self._matchable())
         if fault is not None:
             self.faults.requests.append(f"{method} {self.path}")
         if fault is not None and not fault[1]:

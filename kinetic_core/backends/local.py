@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kinetic_core import zygote
 from kinetic_core.backends import BackendState, LaunchSpec
 from kinetic_core.config import Target
 from kinetic_core.errors import SubmissionError
@@ -79,28 +80,15 @@ class LocalBackend:
         env.pop("KINETIC_SIGNING_KEY", None)
         if spec.target.signing_key:  # passed in the environment, never written to disk
             env["KINETIC_SIGNING_KEY"] = spec.target.signing_key
-        cmd = [
-            sys.executable,
-            "-m",
-            "kinetic_core.supervisor",
-            str(job_dir),
-            str(spec.target.life_span or 0),
-            *spec.runner_args()[2:],
-        ]
-        with open(job_dir / "output.log", "ab") as log:
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=spec.workdir or None,
-                env=env,
-                start_new_session=True,  # survives the submitter; cancel kills the group
-                close_fds=True,
-            )
+        argv = [str(job_dir), str(spec.target.life_span or 0), *spec.runner_args()[2:]]
+        log_path = str(job_dir / "output.log")
+        cwd = spec.workdir or os.getcwd()
+        pid = zygote.launch(argv, env=env, cwd=cwd, log_path=log_path)
+        if pid is None:
+            pid = self._spawn(argv, env=env, cwd=cwd, log_path=log_path)
         record = {
-            "pid": proc.pid,
-            "start_ticks": start_ticks(proc.pid),
+            "pid": pid,
+            "start_ticks": start_ticks(pid),
             "host": socket.gethostname(),
             "launched_at": time.time(),
             "labels": spec.labels,
@@ -108,8 +96,23 @@ class LocalBackend:
         tmp = job_dir / "launch.json.tmp"
         tmp.write_text(json.dumps(record))
         tmp.replace(job_dir / "launch.json")
+
+    def _spawn(self, argv: list[str], *, env: dict[str, str], cwd: str, log_path: str) -> int:
+        """Start the supervisor in a fresh interpreter (when no zygote is usable)."""
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "kinetic_core.supervisor", *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,  # survives the submitter; cancel kills the group
+                close_fds=True,
+            )
         _children[:] = [p for p in _children if p.poll() is None]
         _children.append(proc)
+        return proc.pid
 
     # ---- observe ------------------------------------------------------------------------
     def _launch_record(self, job_id: str) -> dict[str, Any] | None:

@@ -32,6 +32,11 @@ def store(gcs_emulator: GCSEmulator) -> Iterator[GCSStorage]:
     gcs_emulator.fail_next(0)
 
 
+def _scope(store: GCSStorage) -> str:
+    """The store's unique prefix: in every request it makes, so faults hit only this test."""
+    return store.uri.rsplit("/", 1)[-1]
+
+
 def _race(n: int, fn: object) -> list[object]:
     """Run ``fn(i)`` in ``n`` threads released at once; return results or exceptions."""
     barrier = threading.Barrier(n)
@@ -195,15 +200,15 @@ def test_open_storage_picks_gcs_for_gs_uris(gcs_emulator: GCSEmulator) -> None:
 
 def test_transient_errors_are_retried(gcs_emulator: GCSEmulator, store: GCSStorage) -> None:
     store.exists("warm-up")  # the lazy bucket check is done; count only the calls below
-    gcs_emulator.fail_next(3, 503)
+    gcs_emulator.fail_next(3, 503, match=_scope(store))
     store.write_bytes("k", b"value")
     assert gcs_emulator.injected == 3
-    gcs_emulator.fail_next(2, 429)
+    gcs_emulator.fail_next(2, 429, match=_scope(store))
     assert store.read_bytes("k") == b"value"
     assert gcs_emulator.injected == 2
-    gcs_emulator.fail_next(2, 500)
+    gcs_emulator.fail_next(2, 500, match=_scope(store))
     assert store.list_names("") == ["k"] and gcs_emulator.injected == 2
-    gcs_emulator.fail_next(2, 502)
+    gcs_emulator.fail_next(2, 502, match=_scope(store))
     with store.open_read("k") as fh:
         assert fh.read() == b"value"
     assert gcs_emulator.injected == 2
@@ -211,7 +216,7 @@ def test_transient_errors_are_retried(gcs_emulator: GCSEmulator, store: GCSStora
 
 def test_non_transient_errors_fail_at_once(gcs_emulator: GCSEmulator, store: GCSStorage) -> None:
     store.exists("warm-up")
-    gcs_emulator.fail_next(5, 400)
+    gcs_emulator.fail_next(5, 400, match=_scope(store))
     with pytest.raises(StorageError, match="400"):
         store.write_bytes("k", b"value")
     assert gcs_emulator.injected == 1  # not retried
@@ -238,13 +243,13 @@ def test_retried_create_only_whose_first_try_won_is_not_file_exists(
 ) -> None:
     """The upload takes effect but its response is lost (503): the retry sees 412."""
     store.exists("warm-up")
-    gcs_emulator.fail_next(1, 503, after_work=True)
+    gcs_emulator.fail_next(1, 503, after_work=True, match=_scope(store))
     store.write_bytes("result.pkl", b"mine", create_only=True)
     assert gcs_emulator.injected == 1
     assert store.read_bytes("result.pkl") == b"mine"
     # Streamed and large (resumable upload: POST opens a session, PUT sends the bytes and
     # finalizes): the final PUT takes effect but its answer is lost.
-    gcs_emulator.fail_next(1, 503, after_work=True, skip=1)
+    gcs_emulator.fail_next(1, 503, after_work=True, skip=1, match=_scope(store))
     with store.open_write("big.pkl", create_only=True) as fh:
         fh.write(b"x" * (9 << 20))
     assert gcs_emulator.injected == 1
@@ -256,7 +261,9 @@ def test_retried_create_only_that_lost_to_another_writer_is_file_exists(
     gcs_emulator: GCSEmulator, store: GCSStorage
 ) -> None:
     store.write_bytes("lock", b"theirs", create_only=True)
-    gcs_emulator.fail_next(1, 503)  # our first try fails, the retry meets their object
+    gcs_emulator.fail_next(
+        1, 503, match=_scope(store)
+    )  # our first try fails, the retry meets their object
     with pytest.raises(FileExistsError):
         store.write_bytes("lock", b"mine", create_only=True)
     assert gcs_emulator.injected == 1

@@ -1,0 +1,211 @@
+"""A warm process that forks local job supervisors, so jobs skip interpreter start-up.
+
+A fresh interpreter plus cloudpickle costs ~50 ms per local job; forking a process that
+already imported the runner costs ~1 ms. One zygote runs per user, Python executable and
+kinetic_core version, listening on a unix socket in a private (0700) directory; it exits
+after ``IDLE_SECONDS`` without requests. Each forked child becomes a session leader,
+switches to the submitter's environment, working directory and log file, and runs the
+supervisor exactly as ``python -m kinetic_core.supervisor`` would.
+
+Set ``KINETIC_LOCAL_ZYGOTE=0`` to start every job in a fresh interpreter instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+IDLE_SECONDS = 300.0
+START_TIMEOUT = 15.0
+REPLY_TIMEOUT = 30.0
+_zygotes: list[subprocess.Popen[bytes]] = []  # ours to reap once they exit
+_fingerprint: str | None = None
+
+
+def enabled() -> bool:
+    return os.environ.get("KINETIC_LOCAL_ZYGOTE", "1").lower() not in ("0", "false", "no", "off")
+
+
+def _version_fingerprint() -> str:
+    """Executable + kinetic_core source state: edited code never runs in an old zygote."""
+    global _fingerprint
+    if _fingerprint is None:
+        package = Path(__file__).resolve().parent
+        mtimes = sorted(p.stat().st_mtime_ns for p in package.rglob("*.py"))
+        raw = f"{sys.executable}|{package}|{mtimes[-1] if mtimes else 0}|{len(mtimes)}"
+        _fingerprint = hashlib.sha256(raw.encode()).hexdigest()[:16]
+    return _fingerprint
+
+
+def socket_path() -> str | None:
+    """The zygote socket, in a directory only this user can enter; None if that is unsafe."""
+    directory = Path(tempfile.gettempdir()) / f"kinetic-{os.getuid()}"
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        info = directory.stat()
+    except OSError:
+        return None
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return None  # someone else's or too open: do not trust sockets in it
+    return str(directory / f"zygote-{_version_fingerprint()}.sock")
+
+
+# ---- client -----------------------------------------------------------------------------
+
+
+def launch(argv: list[str], *, env: dict[str, str], cwd: str, log_path: str) -> int | None:
+    """Fork a supervisor through the zygote; its pid, or None if no zygote is usable
+    (the caller then starts a fresh interpreter). Never launches twice: once a request
+    was sent, failures raise instead of returning None."""
+    path = socket_path() if enabled() else None
+    if path is None:
+        return None
+    _zygotes[:] = [z for z in _zygotes if z.poll() is None]
+    request = json.dumps({"argv": argv, "env": env, "cwd": cwd, "log": log_path}).encode() + b"\n"
+    for first_try in (True, False):
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(REPLY_TIMEOUT)
+        try:
+            conn.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            conn.close()
+            if not first_try or not _start(path):
+                return None
+            continue
+        with conn:
+            conn.sendall(request)
+            conn.shutdown(socket.SHUT_WR)
+            reply = _read_line(conn)
+        if not reply:
+            raise OSError("the local zygote accepted a job but did not answer")
+        return int(json.loads(reply)["pid"])
+    return None
+
+
+def _start(path: str) -> bool:
+    """Start a zygote and wait for its "ready" line (no polling: a blocking pipe read)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from kinetic_core.zygote import serve; serve({path!r}, {IDLE_SECONDS})",
+        ],
+        cwd="/",  # hold no submitter's directory; each job chdirs to its own
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _package_root()},
+    )
+    _zygotes.append(proc)
+    assert proc.stdout is not None
+    readable, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT)
+    ready = proc.stdout.readline() if readable else b""
+    proc.stdout.close()
+    return ready.strip() == b"ready"
+
+
+def _package_root() -> str:
+    """Where kinetic_core itself is imported from (the zygote needs nothing else)."""
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+# ---- server -----------------------------------------------------------------------------
+
+
+def serve(path: str, idle: float) -> None:
+    import kinetic_core.runner  # noqa: F401  (preloaded: every job needs it)
+    from kinetic_core import supervisor
+
+    # Jobs put their submitter's sys.path first (KINETIC_SYS_PATH); the zygote's own
+    # working-directory entry goes, so it never shadows a later job's modules.
+    sys.path[:] = [p for p in sys.path if p not in ("", "/")]
+
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps exited supervisors
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    staging = f"{path}.{os.getpid()}"
+    server.bind(staging)
+    server.listen(128)
+    os.replace(staging, path)  # atomic: a racing zygote's socket is simply replaced
+    my_socket = os.stat(path).st_ino
+    with open(f"{path}.pid", "w") as fh:  # forked jobs share its command line: this names it
+        fh.write(str(os.getpid()))
+    server.settimeout(idle)
+    print("ready", flush=True)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    try:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                return  # idle: the next launch starts a fresh zygote
+            with conn:
+                conn.settimeout(REPLY_TIMEOUT)
+                try:
+                    request = json.loads(_read_line(conn))
+                except (OSError, ValueError):
+                    continue
+                ready_r, ready_w = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    server.close()
+                    conn.close()
+                    os.close(ready_r)
+                    _become_supervisor(request, supervisor.main, ready_w)
+                os.close(ready_w)
+                # Answer only once the child leads its own process group: a cancel that
+                # follows the answer must find the group (killpg), never miss it.
+                os.read(ready_r, 1)
+                os.close(ready_r)
+                conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    finally:
+        if os.path.exists(path) and os.stat(path).st_ino == my_socket:  # not a newer zygote's
+            os.unlink(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}.pid")
+
+
+def _become_supervisor(request: dict[str, Any], run: Any, ready_fd: int) -> None:
+    """In the forked child: take on the submitter's context, then supervise. Never returns."""
+    code = 2
+    try:
+        os.setsid()  # its own session and process group: cancel kills the group
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the supervisor waits for its runner
+        if request.get("cwd"):
+            os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.write(ready_fd, b"1")
+        os.close(ready_fd)
+        code = run(request["argv"])
+    except BaseException as exc:
+        os.write(2, f"kinetic zygote: cannot start supervisor: {exc!r}\n".encode())
+    finally:
+        os._exit(code)
