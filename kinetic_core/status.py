@@ -245,8 +245,9 @@ def _resolve_one(
         return state(JobStatus.FAILED, reason, message, ev)
     if b.phase == "gone":
         return state(JobStatus.FAILED, "Lost", b.message or "the job vanished without a result", ev)
-    # not_found
-    if ev.started is None and now - ref.created_at < SUBMIT_GRACE:
+    # not_found. Young jobs are still being submitted: the runner can even have started
+    # before the submitter recorded the launch (a zygote forks in about a millisecond).
+    if now - ref.created_at < SUBMIT_GRACE:
         return state(JobStatus.PENDING, "Submitting", "submission in progress", ev)
     return state(
         JobStatus.FAILED,
