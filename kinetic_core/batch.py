@@ -257,12 +257,8 @@ class BatchHandle:
         """Children as they finish (after their retries), while later ones are still submitted."""
         tracker = _Tracker(self)
         limit = self.poll_timeout if timeout is None else timeout
-        for _ in poll_ticks(
-            interval=tracker.interval,
-            timeout=limit,
-            describe=tracker.describe,
-            watching=tracker.pending,
-        ):
+        # No early wake-ups here (unlike wait()): a batch polls once per interval.
+        for _ in poll_ticks(interval=tracker.interval, timeout=limit, describe=tracker.describe):
             pending = tracker.pending()
             finished = (
                 tracker.settle(zip(pending, resolve_states(pending), strict=True))

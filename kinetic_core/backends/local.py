@@ -26,7 +26,9 @@ from kinetic_core.errors import SubmissionError
 from kinetic_core.procs import process_alive, start_ticks
 
 LOG_CHUNK = 1 << 20
-MAX_PIDFDS = 256  # jobs watched for an early wake-up per sleep; beyond that, the backoff rules
+# Early wake-ups only for small watch sets (a single result() wait): a waiter on many jobs
+# woken at every exit would poll once per finished job instead of once per interval.
+EARLY_WAKE_MAX = 8
 # Supervisors this process launched, kept so they are reaped (no zombies) once they exit.
 _children: list[subprocess.Popen[bytes]] = []
 
@@ -169,13 +171,16 @@ class LocalBackend:
     def sleep_until_change(self, job_ids: list[str], timeout: float) -> None:
         """Sleep up to ``timeout``, waking as soon as one of the jobs' supervisors exits.
 
-        A pidfd becomes readable when its process ends, so a waiter notices a finished
-        job at once instead of at its next backoff tick. Falls back to a plain sleep where
-        pidfds are unavailable or the jobs run on another host.
+        A pidfd becomes readable when its process ends, so a waiter on a few jobs notices a
+        finished one at once instead of at its next backoff tick. Plain sleep for larger
+        watch sets, where pidfds are unavailable, or for jobs on another host.
         """
+        if len(job_ids) > EARLY_WAKE_MAX:
+            time.sleep(timeout)
+            return
         fds: list[int] = []
         try:
-            for job_id in job_ids[:MAX_PIDFDS]:
+            for job_id in job_ids:
                 launch = self._launch_record(job_id)
                 if launch is None or launch.get("host") != socket.gethostname():
                     continue
