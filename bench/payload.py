@@ -53,6 +53,9 @@ def peak_mb(who: int) -> float:
 def child_kinetic(size: int, workdir: Path) -> dict[str, Any]:
     root = workdir / "kinetic"
     os.environ["KINETIC_STORAGE"] = f"file://{root}"
+    # A fresh-interpreter supervisor is this process's child, so RUSAGE_CHILDREN can report
+    # the job's peak memory; a zygote-forked one is not (the job's memory is the same).
+    os.environ["KINETIC_LOCAL_ZYGOTE"] = "0"
     import kinetic_core as kc
 
     target = kc.Target(storage=f"file://{root}")
