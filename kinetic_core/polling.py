@@ -140,7 +140,9 @@ class SharedPoller:
         now = loop.time()
         schedule = self.schedules.get(ref.job_id)
         if schedule is None:
-            schedule = _Schedule(delays(interval_of(ref)), now, now)
+            steps = delays(interval_of(ref))
+            # First poll one short delay out, so a burst of new waiters shares it.
+            schedule = _Schedule(steps, now + next(steps), now)
             self.schedules[ref.job_id] = schedule
         schedule.last_waited = now
         waiter = _Waiter(ref, loop.create_future())
