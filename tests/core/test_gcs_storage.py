@@ -10,7 +10,6 @@ import hashlib
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ import kinetic_core
 from kinetic_core.errors import StorageError
 from kinetic_core.storage import open_storage
 from kinetic_core.storage.gcs import GCSStorage
+from tests.racing import race
 
 
 @pytest.fixture
@@ -35,26 +35,6 @@ def store(gcs_emulator: GCSEmulator) -> Iterator[GCSStorage]:
 def _scope(store: GCSStorage) -> str:
     """The store's unique prefix: in every request it makes, so faults hit only this test."""
     return store.uri.rsplit("/", 1)[-1]
-
-
-def _race(n: int, fn: object) -> list[object]:
-    """Run ``fn(i)`` in ``n`` threads released at once; return results or exceptions."""
-    barrier = threading.Barrier(n)
-    results: list[object] = [None] * n
-
-    def worker(i: int) -> None:
-        barrier.wait()
-        try:
-            results[i] = fn(i)  # type: ignore[operator]
-        except BaseException as exc:
-            results[i] = exc
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return results
 
 
 # ---- the storage contract -------------------------------------------------------------------
@@ -88,7 +68,7 @@ def test_create_only_twice_keeps_first(store: GCSStorage) -> None:
 
 
 def test_create_only_race_has_exactly_one_winner(store: GCSStorage) -> None:
-    results = _race(
+    results = race(
         50, lambda i: store.write_bytes("lock", f"writer {i}".encode(), create_only=True)
     )
     winners = [i for i, r in enumerate(results) if r is None]
@@ -347,7 +327,7 @@ def test_idempotent_submit_from_20_threads_makes_one_job(
         storage=gcs_emulator.uri(f"e2e-{uuid.uuid4().hex[:12]}"), local_dir=str(tmp_path / "local")
     )
     key = f"gcs-idempotent-{uuid.uuid4().hex}"
-    results = _race(
+    results = race(
         20, lambda i: kinetic_core.submit(identify, ("hello",), target=target, idempotency_key=key)
     )
     errors = [r for r in results if isinstance(r, BaseException)]

@@ -6,16 +6,14 @@ differs between backends shows up here rather than in a job on a real bucket.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kinetic_core.storage import Storage
 from kinetic_core.storage.local import LocalStorage
+from tests.racing import race
 
 
 @pytest.fixture(params=["file", "gcs"])
@@ -27,25 +25,6 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
     emulator = request.getfixturevalue("gcs_emulator")
     emulator.fail_next(0)
     return GCSStorage(emulator.uri(f"contract-{uuid.uuid4().hex[:12]}"))
-
-
-def _race(n: int, fn: Callable[[int], Any]) -> list[Any]:
-    barrier = threading.Barrier(n)
-    results: list[Any] = [None] * n
-
-    def worker(i: int) -> None:
-        barrier.wait()
-        try:
-            results[i] = fn(i)
-        except BaseException as exc:
-            results[i] = exc
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return results
 
 
 def test_is_a_storage(storage: Storage) -> None:
@@ -81,7 +60,7 @@ def test_create_only(storage: Storage) -> None:
 
 
 def test_create_only_race_one_winner(storage: Storage) -> None:
-    results = _race(20, lambda i: storage.write_bytes("keys/k.json", b"%d" % i, create_only=True))
+    results = race(20, lambda i: storage.write_bytes("keys/k.json", b"%d" % i, create_only=True))
     winners = [i for i, r in enumerate(results) if r is None]
     assert len(winners) == 1, results
     assert all(isinstance(r, FileExistsError) for r in results if r is not None), results
