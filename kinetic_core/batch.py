@@ -143,16 +143,10 @@ class BatchHandle:
             index = int(name.split(".")[0])
             if index in self._records and self._records[index].error is None:
                 continue
-            try:
-                data = json.loads(self._storage.read_bytes(self._key(f"children/{name}")))
-            except (FileNotFoundError, ValueError):
-                continue
-            with self._lock:
-                self._records[index] = ChildRecord(
-                    data["index"], data["attempts"], data.get("error")
-                )
+            self._reload(index)
 
     def _reload(self, index: int) -> ChildRecord | None:
+        """Re-read one child record from storage (what we had if it cannot be read)."""
         try:
             data = json.loads(self._storage.read_bytes(self._key(f"children/{index}.json")))
         except (FileNotFoundError, ValueError):
@@ -683,4 +677,4 @@ def attach_batch(
     return BatchHandle(manifest, signing_key=resolved.signing_key, poll_timeout=poll_timeout)
 
 
-__all__ = ["BatchError", "BatchHandle", "JobCancelled", "attach_batch", "submit_map"]
+__all__ = ["BatchHandle", "attach_batch", "submit_map"]

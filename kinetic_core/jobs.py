@@ -35,7 +35,14 @@ from kinetic_core.ids import key_digest, keyed_id, new_id, validate_id
 from kinetic_core.payload import dump_envelope, load_envelope, rebuild_exception
 from kinetic_core.polling import interval_of, poll_ticks, shared_poller, wait_states
 from kinetic_core.runner import output_dir
-from kinetic_core.status import JobState, JobStatus, backend_for, resolve_states, write_stop
+from kinetic_core.status import (
+    RESULT_COLLECTED,
+    JobState,
+    JobStatus,
+    backend_for,
+    resolve_states,
+    write_stop,
+)
 from kinetic_core.storage import Storage, open_storage
 
 if TYPE_CHECKING:
@@ -456,7 +463,7 @@ class _Submission:
             state = previous.state()
             reusable = not state.terminal or (
                 state.status is JobStatus.SUCCEEDED
-                and (reuse_succeeded or state.message != "result collected")
+                and (reuse_succeeded or state.message != RESULT_COLLECTED)
             )
             if reusable:
                 return previous

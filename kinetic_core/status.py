@@ -27,6 +27,8 @@ from kinetic_core.storage import Storage, open_storage
 SUBMIT_GRACE = 120.0
 # Backends enforce life_span themselves; this is the fallback after that much extra time.
 DEADLINE_GRACE = 30.0
+# JobState.message of a succeeded job whose result was delivered (idempotent submit reads it).
+RESULT_COLLECTED = "result collected"
 
 
 class JobStatus(StrEnum):
@@ -230,7 +232,7 @@ def _resolve_one(
     ev = read_evidence(storage, ref.job_id)
     if ev.finished is not None:
         if ev.finished.get("success"):
-            msg = "result collected" if ev.collected else None
+            msg = RESULT_COLLECTED if ev.collected else None
             return state(JobStatus.SUCCEEDED, None, msg, ev)
         return state(
             JobStatus.FAILED, "Error", ev.finished.get("error") or "the function raised", ev

@@ -216,7 +216,7 @@ class EmulatorServer:
         """The next ``n`` requests (after ``skip`` good ones) answer ``status``.
 
         With ``after_work`` they take effect first: the response is what gets lost. With
-        ``match`` only requests whose path contains it count (other traffic passes).
+        ``match`` only requests whose path or body contains it count (other traffic passes).
         """
         with self.faults.lock:
             self.faults.remaining = n

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -234,8 +235,6 @@ class LocalBackend:
     def delete(self, job_id: str) -> None:
         self.cancel(job_id)
         self._launch_cache.pop(job_id, None)
-        import shutil
-
         shutil.rmtree(self._dir(job_id), ignore_errors=True)
 
     def discover(self, selector: dict[str, str]) -> list[str]:
