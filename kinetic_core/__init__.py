@@ -21,6 +21,7 @@ _EXPORTS = {
     "JobState": "kinetic_core.status",
     "resolve_states": "kinetic_core.status",
     "Target": "kinetic_core.config",
+    "positive_seconds": "kinetic_core.config",
     "submit_map": "kinetic_core.batch",
     "attach_batch": "kinetic_core.batch",
     "BatchHandle": "kinetic_core.batch",
@@ -36,6 +37,7 @@ _EXPORTS = {
             "SubmissionError",
             "SerializationError",
             "StorageError",
+            "BackendError",
             "JobNotFound",
             "PayloadIntegrityError",
             "WaitTimeout",
@@ -67,8 +69,9 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from kinetic_core.batch import BatchHandle, attach_batch, submit_map
-    from kinetic_core.config import Target
+    from kinetic_core.config import Target, positive_seconds
     from kinetic_core.errors import (
+        BackendError,
         BatchError,
         ConfigError,
         InvalidIdError,

@@ -126,17 +126,21 @@ class Target:
                 "(argument backend= or KINETIC_BACKEND)."
             )
         for name in ("life_span", "schedule_timeout", "poll_interval"):
-            value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, int | float) or isinstance(value, bool) or value <= 0
-            ):
-                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}.")
+            if getattr(self, name) is not None:
+                positive_seconds(getattr(self, name), name)
         if self.env is not None and not all(isinstance(n, str) and n for n in self.env):
             raise ConfigError(
                 f"env must be a list of environment variable names, got {self.env!r}."
             )
         if self.tags is not None:
             validate_tags(self.tags)
+
+
+def positive_seconds(value: Any, name: str) -> float:
+    """``value`` as float seconds; ConfigError naming ``name`` unless it is a number > 0."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}.")
+    return float(value)
 
 
 def validate_tags(tags: Any) -> dict[str, str]:

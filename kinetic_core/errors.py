@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from kinetic_core.jobs import JobHandle, JobState
+# This module is the bottom layer: it imports nothing from kinetic_core, so every other
+# module can raise these. Fields that hold a JobState or JobHandle are typed ``Any``.
 
 
 class KineticError(Exception):
@@ -32,6 +32,16 @@ class StorageError(KineticError):
     """The storage root cannot be read or written (missing bucket, permissions...)."""
 
 
+class BackendError(KineticError):
+    """The backend (e.g. the Kubernetes API) failed to answer. The job itself may be fine:
+    observing or waiting again is safe."""
+
+    def __init__(self, message: str, *, status: int | None = None, transient: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
+
+
 class JobNotFound(KineticError, LookupError):
     """No job with that id exists under the storage root."""
 
@@ -51,7 +61,7 @@ class JobCancelled(KineticError):
 class JobFailed(KineticError):
     """The job ended without a result (lost, killed, deadline...): see ``state`` and ``log_tail``."""
 
-    def __init__(self, message: str, *, state: JobState | None = None, log_tail: str = "") -> None:
+    def __init__(self, message: str, *, state: Any = None, log_tail: str = "") -> None:
         super().__init__(message)
         self.state = state
         self.log_tail = log_tail
@@ -88,7 +98,7 @@ class BatchError(KineticError):
     def __init__(
         self,
         group_id: str,
-        failures: list[JobHandle],
+        failures: list[Any],
         partial_results: list[Any],
         submission_failures: dict[int, BaseException] | None = None,
         total: int | None = None,
