@@ -8,7 +8,7 @@ them (10 waiters per job; each waiter is its own ``await``, and every poll still
 
 Measured in one process, one phase after the other, same jobs, same waiters:
 
-- shared:   each waiter ``await handle.await_done()`` (the event loop's shared poller)
+- shared:   each waiter ``await handle.await_()`` (the event loop's shared poller)
 - baseline: each waiter loops ``await asyncio.to_thread(handle.state)``,
             ``await asyncio.sleep(interval)`` (what per-task polling costs)
 
@@ -120,7 +120,7 @@ async def phase(
 async def shared_phase(handles: list[Any], counter: PollCounter, args: argparse.Namespace) -> Any:
     import kinetic_core as kc
 
-    result = await phase("shared poller", handles, lambda h: h.await_done(), counter, args)
+    result = await phase("shared poller", handles, lambda h: h.await_(), counter, args)
     result["shared_poller_polls"] = kc.shared_poller().polls
     return result
 

@@ -11,22 +11,32 @@ import importlib
 TYPE_CHECKING = False  # not `from typing import ...`: importing typing costs the runner ~5 ms
 
 _EXPORTS = {
-    "run": "kinetic_core.jobs",
-    "submit": "kinetic_core.jobs",
+    "run": "kinetic_core.decorator",
+    "RemoteFunction": "kinetic_core.decorator",
+    "submit": "kinetic_core.submission",
+    "asubmit": "kinetic_core.submission",
     "attach": "kinetic_core.jobs",
     "list_jobs": "kinetic_core.jobs",
     "JobHandle": "kinetic_core.jobs",
-    "RemoteFunction": "kinetic_core.jobs",
-    "JobStatus": "kinetic_core.status",
-    "JobState": "kinetic_core.status",
+    "LogStream": "kinetic_core.logs",
+    "JobStatus": "kinetic_core.states",
+    "JobState": "kinetic_core.states",
+    "ChildStatus": "kinetic_core.states",
     "resolve_states": "kinetic_core.status",
     "Target": "kinetic_core.config",
     "positive_seconds": "kinetic_core.config",
     "submit_map": "kinetic_core.batch",
+    "asubmit_map": "kinetic_core.batch",
     "attach_batch": "kinetic_core.batch",
+    "aattach_batch": "kinetic_core.batch",
+    "list_batches": "kinetic_core.batch",
     "BatchHandle": "kinetic_core.batch",
+    "BatchProgress": "kinetic_core.batch",
     "shared_poller": "kinetic_core.polling",
     "SharedPoller": "kinetic_core.polling",
+    "background_loop": "kinetic_core.polling",
+    "run_in_background": "kinetic_core.polling",
+    "on_background_loop": "kinetic_core.polling",
     "validate_id": "kinetic_core.ids",
     **{
         name: "kinetic_core.errors"
@@ -68,8 +78,17 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from kinetic_core.batch import BatchHandle, attach_batch, submit_map
+    from kinetic_core.batch import (
+        BatchHandle,
+        BatchProgress,
+        aattach_batch,
+        asubmit_map,
+        attach_batch,
+        list_batches,
+        submit_map,
+    )
     from kinetic_core.config import Target, positive_seconds
+    from kinetic_core.decorator import RemoteFunction, run
     from kinetic_core.errors import (
         BackendError,
         BatchError,
@@ -88,6 +107,15 @@ if TYPE_CHECKING:
         WaitTimeout,
     )
     from kinetic_core.ids import validate_id
-    from kinetic_core.jobs import JobHandle, RemoteFunction, attach, list_jobs, run, submit
-    from kinetic_core.polling import SharedPoller, shared_poller
-    from kinetic_core.status import JobState, JobStatus, resolve_states
+    from kinetic_core.jobs import JobHandle, attach, list_jobs
+    from kinetic_core.logs import LogStream
+    from kinetic_core.polling import (
+        SharedPoller,
+        background_loop,
+        on_background_loop,
+        run_in_background,
+        shared_poller,
+    )
+    from kinetic_core.states import ChildStatus, JobState, JobStatus
+    from kinetic_core.status import resolve_states
+    from kinetic_core.submission import asubmit, submit

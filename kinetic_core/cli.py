@@ -13,13 +13,12 @@ import traceback
 from datetime import datetime
 from typing import Any
 
-from kinetic_core.batch import SUBMIT_FAILED, UNSUBMITTED, BatchHandle, attach_batch
+from kinetic_core.batch import BatchHandle, attach_batch, list_batches
 from kinetic_core.config import Target
 from kinetic_core.errors import BatchError, KineticError
 from kinetic_core.jobs import JobHandle, attach, list_jobs
-from kinetic_core.polling import poll_ticks
-from kinetic_core.status import JobState, JobStatus, resolve_states
-from kinetic_core.storage import open_storage
+from kinetic_core.states import ChildStatus, JobState, JobStatus
+from kinetic_core.status import resolve_states
 
 try:
     from rich.console import Console
@@ -29,13 +28,13 @@ except ImportError:  # pragma: no cover - exercised only without the cli extra
     Console = None  # type: ignore[assignment,misc]
 
 STATUS_STYLE = {
-    "SUCCEEDED": "green",
-    "FAILED": "red",
-    "CANCELLED": "yellow",
-    "RUNNING": "cyan",
-    "PENDING": "blue",
-    SUBMIT_FAILED: "red",
-    UNSUBMITTED: "dim",
+    ChildStatus.SUCCEEDED: "green",
+    ChildStatus.FAILED: "red",
+    ChildStatus.CANCELLED: "yellow",
+    ChildStatus.RUNNING: "cyan",
+    ChildStatus.PENDING: "blue",
+    ChildStatus.SUBMIT_FAILED: "red",
+    ChildStatus.UNSUBMITTED: "dim",
 }
 
 
@@ -64,7 +63,7 @@ def _state_table(title: str, rows: list[tuple[JobHandle, JobState]]) -> Any:
     for col in ("name", "status", "reason", "attempt", "created", "finished", "message"):
         table.add_column(col, overflow="fold")
     for handle, state in rows:
-        style = STATUS_STYLE.get(state.status.value, "")
+        style = STATUS_STYLE.get(ChildStatus.of(state.status), "")
         table.add_row(
             handle.job_id,
             handle.name,
@@ -165,7 +164,7 @@ def jobs_cleanup(args: argparse.Namespace) -> int:
 def _batch_summary(batch: BatchHandle) -> dict[str, Any]:
     return {
         "group_id": batch.group_id,
-        "name": batch.manifest["name"],
+        "name": batch.name,
         "total": batch.total,
         "submission_complete": batch.submission_complete,
         "cancel_requested": batch.cancel_requested,
@@ -174,10 +173,8 @@ def _batch_summary(batch: BatchHandle) -> dict[str, Any]:
 
 
 def batch_list(args: argparse.Namespace) -> int:
-    storage = open_storage(_target(args).resolve().storage or "")
-    batches = [attach_batch(g, target=_target(args)) for g in storage.list_names("batches")]
-    batches.sort(key=lambda b: b.manifest["created_at"], reverse=True)
-    summaries = [_batch_summary(b) for b in batches[: args.limit]]
+    batches = list_batches(target=_target(args), limit=args.limit)
+    summaries = [_batch_summary(b) for b in batches]
     if args.json:
         _emit_json(summaries)
         return 0
@@ -206,7 +203,7 @@ def batch_status(args: argparse.Namespace) -> int:
         _emit_json(summary)
     else:
         _console().print(summary)
-    bad = sum(summary["counts"].get(k, 0) for k in ("FAILED", "CANCELLED", SUBMIT_FAILED))
+    bad = any(s.terminal and not s.ok for s in summary["counts"])
     return 1 if bad else 0
 
 
@@ -222,21 +219,15 @@ def _watch(batch: BatchHandle) -> None:
         transient=False,
     ) as progress:
         bar = progress.add_task(batch.group_id, total=batch.total, counts="")
-        for _ in poll_ticks(interval=2.0, timeout=None, describe=lambda: "batch still running"):
-            counts = batch.status_counts()
-            final = sum(
-                counts.get(k, 0) for k in ("SUCCEEDED", "FAILED", "CANCELLED", SUBMIT_FAILED)
-            )
+        for snapshot in batch.progress():
             progress.update(
                 bar,
-                completed=final,
+                completed=snapshot.finished,
                 counts=" ".join(
                     f"[{STATUS_STYLE.get(k, '')}]{k.lower()}={v}[/]"
-                    for k, v in sorted(counts.items())
+                    for k, v in sorted(snapshot.counts.items())
                 ),
             )
-            if final >= batch.total or (batch.submission_abandoned and counts.get(UNSUBMITTED)):
-                break
 
 
 def batch_results(args: argparse.Namespace) -> int:

@@ -1,23 +1,36 @@
-"""Waiting, in exactly two places: the sync loop (``poll_ticks``) and the async shared poller.
+"""Every wait of the library: the sync tick loop, its async twin, and the shared poller.
 
-Both are adaptive: the first polls come fast (5 ms, growing 1.3x) so short jobs finish
-with low latency, then settle at the configured interval so long jobs cost little.
-The shared poller lives once per event loop; every waiter registers its handle and one
-``resolve_states`` call per tick covers them all (one bulk backend poll per scope), run
-in a worker thread so the event loop never blocks on a backend or storage call.
+Ticks are adaptive: the first come fast (5 ms, growing 1.3x) so short jobs finish with
+low latency, then settle at the configured interval so long jobs cost little.
+
+The shared poller is one per process and runs on the process's background event loop;
+every async waiter, from any event loop (an Airflow triggerer, Prefect's per-thread
+loops), registers its handle there, and one ``resolve_states`` call per tick covers them
+all (one bulk backend poll per scope), run in a worker thread so no loop ever blocks on
+a backend or storage call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
+import os
+import threading
 import time
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from kinetic_core.errors import WaitTimeout
-from kinetic_core.status import JobState, backend_for, resolve_states
+from kinetic_core.states import JobState
+from kinetic_core.status import backend_for, resolve_states
+
+P = ParamSpec("P")
+T = TypeVar("T")
+#: An async predicate checked on every tick; when it returns True the wait stops early
+#: (e.g. "the orchestrator is cancelling this run").
+Until = Callable[[], Awaitable[bool]]
 
 FIRST_DELAY = 0.005
 GROWTH = 1.3
@@ -48,15 +61,52 @@ def poll_ticks(
     ``describe()`` to say what was still unfinished. With ``watching`` (the handles still
     awaited), a backend that can tell when one of its jobs ends cuts the sleep short.
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = Deadline(timeout, describe)
     for delay in delays(interval):
         yield
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WaitTimeout(f"Timed out after {timeout:g}s: {describe()}")
-            delay = min(delay, remaining)
-        _sleep(delay, watching() if watching is not None else [])
+        _sleep(deadline.clip(delay), watching() if watching is not None else [])
+
+
+async def apoll_ticks(
+    *,
+    interval: float,
+    timeout: float | None,
+    describe: Callable[[], str],
+    first: float = FIRST_DELAY,
+    wake: asyncio.Future[Any] | None = None,
+) -> AsyncIterator[None]:
+    """Async twin of ``poll_ticks``: the same schedule and WaitTimeout, sleeping in the
+    event loop. A ``wake`` future that completes cuts every later sleep short."""
+    deadline = Deadline(timeout, describe)
+    for delay in delays(interval, first):
+        yield
+        delay = deadline.clip(delay)
+        if wake is not None and not wake.done():
+            await asyncio.wait({wake}, timeout=delay)
+        elif wake is None:
+            await asyncio.sleep(delay)
+
+
+@dataclass
+class Deadline:
+    """The timeout of one wait, shared by the sync and async tick loops."""
+
+    timeout: float | None
+    describe: Callable[[], str]
+    at: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None:
+            self.at = time.monotonic() + self.timeout
+
+    def clip(self, delay: float) -> float:
+        """``delay``, shortened to the time left; WaitTimeout when none is left."""
+        if self.at is None:
+            return delay
+        remaining = self.at - time.monotonic()
+        if remaining <= 0:
+            raise WaitTimeout(f"Timed out after {self.timeout:g}s: {self.describe()}")
+        return min(delay, remaining)
 
 
 def _sleep(delay: float, refs: list[Any]) -> None:
@@ -64,11 +114,8 @@ def _sleep(delay: float, refs: list[Any]) -> None:
     if refs:
         backends = {b.scope: b for b in map(backend_for, refs)}
         if len(backends) == 1:
-            backend = next(iter(backends.values()))
-            sleep_until_change = getattr(backend, "sleep_until_change", None)
-            if sleep_until_change is not None:
-                sleep_until_change([r.job_id for r in refs], delay)
-                return
+            next(iter(backends.values())).sleep_until_change([r.job_id for r in refs], delay)
+            return
     time.sleep(delay)
 
 
@@ -126,16 +173,30 @@ class _Schedule:
 
 @dataclass
 class SharedPoller:
-    """One per event loop: all async waiters share one bulk status call per tick."""
+    """One per process: all async waiters share one bulk status call per tick.
+
+    ``wait`` may be awaited from any event loop; the polling itself runs on the
+    background loop. ``latest`` holds the last state polled of each job being waited on.
+    """
 
     waiters: list[_Waiter] = field(default_factory=list)
     schedules: dict[str, _Schedule] = field(default_factory=dict)
+    latest: dict[str, JobState] = field(default_factory=dict)
     polls: int = 0  # resolve_states calls made: what the benchmarks and tests count
     _task: asyncio.Task[None] | None = None
-    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _wake: asyncio.Event | None = None
 
     async def wait(self, ref: Any, timeout: float | None = None) -> JobState:
         """Until the job is terminal. WaitTimeout after ``timeout``; the job keeps running."""
+        try:
+            return await asyncio.wait_for(on_background_loop(self._wait(ref)), timeout)
+        except TimeoutError:
+            raise WaitTimeout(
+                f"Timed out after {timeout:g}s waiting for job {ref.job_id}; it keeps running."
+            ) from None
+
+    async def _wait(self, ref: Any) -> JobState:
+        """Runs on the background loop: register, wake the poll task, await the state."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         schedule = self.schedules.get(ref.job_id)
@@ -147,20 +208,18 @@ class SharedPoller:
         schedule.last_waited = now
         waiter = _Waiter(ref, loop.create_future())
         self.waiters.append(waiter)
+        if self._wake is None:
+            self._wake = asyncio.Event()
         self._wake.set()
         if self._task is None or self._task.done():
-            self._task = loop.create_task(self._run(), name="kinetic-shared-poller")
+            self._task = loop.create_task(self._run(self._wake), name="kinetic-shared-poller")
         try:
-            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
-        except TimeoutError:
-            raise WaitTimeout(
-                f"Timed out after {timeout:g}s waiting for job {ref.job_id}; it keeps running."
-            ) from None
+            return await asyncio.shield(waiter.future)
         finally:
             if waiter in self.waiters:
                 self.waiters.remove(waiter)
 
-    async def _run(self) -> None:
+    async def _run(self, wake: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         while True:
             self.waiters = [w for w in self.waiters if not w.future.done()]
@@ -168,10 +227,10 @@ class SharedPoller:
             if not self.waiters:
                 return
             next_due = min(self.schedules[w.ref.job_id].due for w in self.waiters)
-            self._wake.clear()
+            wake.clear()
             if next_due > loop.time():
                 try:
-                    await asyncio.wait_for(self._wake.wait(), next_due - loop.time())
+                    await asyncio.wait_for(wake.wait(), next_due - loop.time())
                     continue  # a new waiter arrived: recompute when to poll
                 except TimeoutError:
                     pass
@@ -188,6 +247,7 @@ class SharedPoller:
                         w.future.set_exception(exc)
                 continue
             by_job = {state.job_id: state for state in states}
+            self.latest.update(by_job)
             for w in self.waiters:
                 state = by_job.get(w.ref.job_id)
                 if state is not None and state.terminal and not w.future.done():
@@ -195,6 +255,7 @@ class SharedPoller:
             for job_id, state in by_job.items():
                 if state.terminal:
                     self.schedules.pop(job_id, None)
+                    self.latest.pop(job_id, None)
                 else:
                     schedule = self.schedules[job_id]
                     schedule.due = polled_at + next(schedule.delays)
@@ -206,17 +267,59 @@ class SharedPoller:
             j for j, s in self.schedules.items() if j not in waited and now - s.last_waited > 300
         ]:
             del self.schedules[job_id]
+            self.latest.pop(job_id, None)
 
 
-_pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedPoller] = (
-    weakref.WeakKeyDictionary()
-)
+# ---- the process's background event loop ------------------------------------------------
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_poller: SharedPoller | None = None
+_pid: int | None = None
+
+
+def background_loop() -> asyncio.AbstractEventLoop:
+    """The process's background event loop (a daemon thread), started on first use and
+    again in a forked child. Every async wait of the process is served from it."""
+    global _loop, _poller, _pid
+    with _lock:
+        if _loop is None or _pid != os.getpid() or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="kinetic-loop", daemon=True).start()
+            _loop, _poller, _pid = loop, SharedPoller(), os.getpid()
+        return _loop
+
+
+def run_in_background(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Run ``coro`` on the background loop; cancelling the returned future cancels it."""
+    return asyncio.run_coroutine_threadsafe(coro, background_loop())
+
+
+async def on_background_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` on the background loop from any event loop (cancellation propagates)."""
+    return await asyncio.wrap_future(run_in_background(coro))
 
 
 def shared_poller() -> SharedPoller:
-    """The shared poller of the running event loop (created on first use)."""
-    loop = asyncio.get_running_loop()
-    poller = _pollers.get(loop)
-    if poller is None:
-        poller = _pollers[loop] = SharedPoller()
-    return poller
+    """The process's shared poller (``polls`` counts its bulk status calls)."""
+    background_loop()
+    assert _poller is not None
+    return _poller
+
+
+def in_thread(fn: Callable[P, T]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """The async twin of a blocking call: the same code, run in a worker thread.
+
+    Used for twins that do one round of storage/backend I/O (``acancel``, ``astate``...);
+    twins that wait go through the shared poller or ``apoll_ticks`` instead.
+    """
+
+    @functools.wraps(fn)
+    async def twin(*args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    return twin
+
+
+async def stopped(until: Until | None) -> bool:
+    return until is not None and await until()

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import traceback
 from typing import Any
 
+from kinetic_core import layout
 from kinetic_core.ids import validate_id
 from kinetic_core.payload import (
     dump_envelope,
@@ -24,6 +24,7 @@ from kinetic_core.payload import (
     skew_note,
     success_body,
 )
+from kinetic_core.records import write_record
 from kinetic_core.storage import Storage, open_storage
 
 
@@ -31,26 +32,8 @@ class PhaseError(Exception):
     """A setup phase failed; the message explains what to do."""
 
 
-def output_dir(storage_uri: str, job_id: str) -> str:
-    """Default KINETIC_OUTPUT_DIR: a path for file:// storage, a gs:// URI otherwise."""
-    if storage_uri.startswith("file://"):
-        return os.path.join(storage_uri[len("file://") :], "outputs", job_id)
-    return f"{storage_uri}/outputs/{job_id}"
-
-
-def _record(storage: Storage, job_id: str, event: str, **fields: Any) -> None:
-    data = {
-        "event": event,
-        "at": time.time(),
-        "host": os.uname().nodename,
-        "pid": os.getpid(),
-        **fields,
-    }
-    storage.write_bytes(f"jobs/{job_id}/{event}.json", json.dumps(data).encode())
-
-
 def _load_call(storage: Storage, job_id: str, signing_key: str | None) -> dict[str, Any]:
-    key = f"jobs/{job_id}/payload.pkl"
+    key = layout.job_file(job_id, layout.PAYLOAD)
     try:
         _, call = load_envelope(storage, key, kind="call", job_id=job_id, signing_key=signing_key)
         return call
@@ -73,13 +56,13 @@ def run_job(storage_uri: str, job_id: str) -> int:
     validate_id(job_id)
     storage = open_storage(storage_uri)
     signing_key = os.environ.get("KINETIC_SIGNING_KEY") or None
-    _record(storage, job_id, "started")
+    write_record(storage, job_id, layout.STARTED, event="started")
     phase = "load"
     try:
         call = _load_call(storage, job_id, signing_key)
         os.environ.update(call.get("env") or {})
         os.environ["KINETIC_JOB_ID"] = job_id
-        out = output_dir(storage_uri, job_id)
+        out = layout.output_dir(storage_uri, job_id)
         if storage_uri.startswith("file://"):
             os.makedirs(out, mode=0o700, exist_ok=True)
         os.environ.setdefault("KINETIC_OUTPUT_DIR", out)
@@ -103,7 +86,7 @@ async def _await(value: Any) -> Any:
 
 
 def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str | None) -> None:
-    key = f"jobs/{job_id}/result.pkl"
+    key = layout.job_file(job_id, layout.RESULT)
 
     def write(b: dict[str, Any]) -> None:
         with storage.open_write(key, create_only=True) as fh:
@@ -129,7 +112,7 @@ def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str
     }
     if not body["success"]:
         summary["error"] = f"{body['exc_type'].rsplit('.', 1)[-1]}: {body['exc_message']}"[:500]
-    _record(storage, job_id, "finished", **summary)
+    write_record(storage, job_id, layout.FINISHED, event="finished", **summary)
 
 
 USAGE = "usage: python -m kinetic_core.runner --storage URI --job-id ID"

@@ -9,74 +9,20 @@ bulk: one ``poll`` per backend scope for all jobs passed in.
 
 from __future__ import annotations
 
-import json
-import socket
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, Protocol
 
 from kinetic_core.backends import Backend, BackendState, get_backend
 from kinetic_core.config import Target
-from kinetic_core.payload import read_summary
+from kinetic_core.records import Evidence, read_evidence, write_stop
+from kinetic_core.states import JobState, JobStatus, timestamp
 from kinetic_core.storage import Storage, open_storage
 
 # A job whose handle exists but that no backend knows yet is still being submitted.
 SUBMIT_GRACE = 120.0
 # Backends enforce life_span themselves; this is the fallback after that much extra time.
 DEADLINE_GRACE = 30.0
-# JobState.message of a succeeded job whose result was delivered (idempotent submit reads it).
-RESULT_COLLECTED = "result collected"
-
-
-class JobStatus(StrEnum):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    NOT_FOUND = "NOT_FOUND"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (
-            JobStatus.SUCCEEDED,
-            JobStatus.FAILED,
-            JobStatus.CANCELLED,
-            JobStatus.NOT_FOUND,
-        )
-
-
-def _dt(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC)
-
-
-@dataclass(frozen=True)
-class JobState:
-    """Status plus the evidence behind it. ``reason`` is a short CamelCase word."""
-
-    job_id: str
-    status: JobStatus
-    reason: str | None = None
-    message: str | None = None
-    exit_code: int | None = None
-    created_at: datetime | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    attempt: int = 1
-
-    @property
-    def terminal(self) -> bool:
-        return self.status.terminal
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["status"] = self.status.value
-        for key in ("created_at", "started_at", "finished_at"):
-            data[key] = data[key].isoformat() if data[key] else None
-        return data
 
 
 class JobRef(Protocol):
@@ -92,59 +38,6 @@ class JobRef(Protocol):
     def created_at(self) -> float: ...
     @property
     def attempt(self) -> int: ...
-
-
-@dataclass
-class Evidence:
-    """What the runner and the client wrote to storage about one job."""
-
-    started: dict[str, Any] | None = None
-    finished: dict[str, Any] | None = None
-    stop: dict[str, Any] | None = None
-    collected: dict[str, Any] | None = None
-
-
-def _read_json(storage: Storage, key: str) -> dict[str, Any] | None:
-    try:
-        return json.loads(storage.read_bytes(key))
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def read_evidence(storage: Storage, job_id: str) -> Evidence:
-    base = f"jobs/{job_id}"
-    ev = Evidence(
-        started=_read_json(storage, f"{base}/started.json"),
-        finished=_read_json(storage, f"{base}/finished.json"),
-        stop=_read_json(storage, f"{base}/stop.json"),
-        collected=_read_json(storage, f"{base}/collected.json"),
-    )
-    if ev.finished is None and storage.exists(f"{base}/result.pkl"):
-        # The runner stored a result but died before recording "finished".
-        try:
-            header = read_summary(storage, f"{base}/result.pkl")
-            ev.finished = {"success": bool(header.get("success")), "phase": None}
-        except Exception:
-            pass
-    return ev
-
-
-def write_stop(storage: Storage, job_id: str, status: JobStatus, reason: str, message: str) -> bool:
-    """Record a stop marker once (create-only). Returns False if one already existed."""
-    record = {
-        "status": status.value,
-        "reason": reason,
-        "message": message,
-        "at": time.time(),
-        "host": socket.gethostname(),
-    }
-    try:
-        storage.write_bytes(
-            f"jobs/{job_id}/stop.json", json.dumps(record).encode(), create_only=True
-        )
-    except FileExistsError:
-        return False
-    return True
 
 
 def backend_for(ref: JobRef) -> Backend:
@@ -194,10 +87,11 @@ def _resolve_one(
             reason=reason,
             message=message,
             exit_code=exit_code,
-            created_at=_dt(ref.created_at),
-            started_at=_dt(started),
-            finished_at=_dt(finished) if status.terminal else None,
+            created_at=timestamp(ref.created_at),
+            started_at=timestamp(started),
+            finished_at=timestamp(finished) if status.terminal else None,
             attempt=ref.attempt,
+            collected=status is JobStatus.SUCCEEDED and ev.collected is not None,
         )
 
     target = ref.target
@@ -232,8 +126,7 @@ def _resolve_one(
     ev = read_evidence(storage, ref.job_id)
     if ev.finished is not None:
         if ev.finished.get("success"):
-            msg = RESULT_COLLECTED if ev.collected else None
-            return state(JobStatus.SUCCEEDED, None, msg, ev)
+            return state(JobStatus.SUCCEEDED, None, None, ev)
         return state(
             JobStatus.FAILED, "Error", ev.finished.get("error") or "the function raised", ev
         )
@@ -268,6 +161,6 @@ def _stop(
     reason: str,
     message: str,
 ) -> JobState:
-    write_stop(storage, ref.job_id, status, reason, message)
+    write_stop(storage, ref.job_id, status.value, reason, message)
     backend.cancel(ref.job_id)
     return state(status, reason, message)

@@ -24,8 +24,10 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-import kinetic_core.batch as batch_module
+import kinetic_core.batch.records as batch_records
 from kinetic_core.backends import get_backend
+from kinetic_core.payload import read_summary
+from kinetic_core.storage import open_storage
 from tests.cleanup import kill_leftovers
 from tests.core import batch_helpers as h
 
@@ -450,8 +452,10 @@ def test_retries_of_a_signed_batch_stay_signed(store: Store) -> None:
     assert batch.results(cleanup=False, timeout=120) == [0]
     attempts = store.records(batch.group_id)[0]["attempts"]
     assert len(attempts) == 2
+    storage = open_storage(store.uri)
     for job_id in attempts:
-        assert store.handle(job_id)["signed"] is True, f"attempt {job_id} was submitted unsigned"
+        call = read_summary(storage, f"jobs/{job_id}/payload.pkl")
+        assert call["hmac"], f"attempt {job_id} was submitted unsigned"
     # Another process that holds the key can collect the retried attempt.
     assert kc.attach_batch(batch.group_id, target=target).results(cleanup=False, timeout=60) == [0]
 
@@ -584,7 +588,7 @@ def test_killed_submitter_then_attach_and_idempotent_resubmit(
     assert fresh.statuses()[3:] == ["UNSUBMITTED"] * 7
     assert fresh.submission_failures == {}
     with monkeypatch.context() as m:
-        m.setattr(batch_module, "STALE_AFTER", 0.0)
+        m.setattr(batch_records, "STALE_AFTER", 0.0)
         assert fresh.statuses()[3:] == ["SUBMIT_FAILED"] * 7
 
     # The orchestrator retries: same key -> same batch, only the 7 missing children.
@@ -765,7 +769,7 @@ def test_async_aas_completed_and_aresults(store: Store) -> None:
             error = exc
         else:
             pytest.fail("aresults() should raise BatchError for the failed child")
-        return seen, values, error, await batch.await_done(timeout=60)
+        return seen, values, error, await batch.await_(timeout=60)
 
     seen, values, error, statuses = asyncio.run(main())
     assert sorted(index_of(j) for j in seen) == [0, 1, 2, 3]

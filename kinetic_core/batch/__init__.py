@@ -1,0 +1,26 @@
+"""Batches: fan a function out over inputs with a persisted manifest.
+
+``entry`` (submit_map, attach_batch, list_batches) -> ``handle`` (BatchHandle: views,
+waits, results, cancel) -> ``tracker`` (what is pending, final, retried) and
+``submitter`` (launches children in the submitting process) -> ``records`` (storage).
+"""
+
+from kinetic_core.batch.entry import (
+    aattach_batch,
+    asubmit_map,
+    attach_batch,
+    list_batches,
+    submit_map,
+)
+from kinetic_core.batch.handle import BatchHandle
+from kinetic_core.batch.tracker import BatchProgress
+
+__all__ = [
+    "BatchHandle",
+    "BatchProgress",
+    "aattach_batch",
+    "asubmit_map",
+    "attach_batch",
+    "list_batches",
+    "submit_map",
+]

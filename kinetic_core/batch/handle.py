@@ -1,0 +1,281 @@
+"""BatchHandle: a durable reference to a batch, its views, waits, results and cancel.
+
+Waiting drives the batch: whoever waits (any process) retries failed children, because
+the submitting process may be gone (e.g. an Airflow worker that deferred). The sync and
+async drivers share one ``Tracker`` and differ only in how they wait between ticks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
+from typing import Any
+
+from kinetic_core import layout
+from kinetic_core.batch.records import BatchRecords, child_key
+from kinetic_core.batch.tracker import BatchProgress, Tracker, index_of
+from kinetic_core.errors import BatchError
+from kinetic_core.jobs import JobHandle
+from kinetic_core.polling import Deadline, Until, in_thread, poll_ticks, shared_poller
+from kinetic_core.states import ChildStatus, JobState, JobStatus, timestamp
+from kinetic_core.status import resolve_states
+
+DEFAULT_POLL_TIMEOUT = 24 * 3600.0  # an attached batch never waits forever by default
+
+Collected = tuple[int, Any, bool]  # (input index, value or exception, succeeded)
+
+
+class BatchHandle:
+    """A durable reference to a batch. Rebuild it anywhere with ``attach_batch``."""
+
+    def __init__(
+        self,
+        manifest: dict[str, Any],
+        *,
+        signing_key: str | None = None,
+        poll_timeout: float = DEFAULT_POLL_TIMEOUT,
+    ) -> None:
+        self.manifest = manifest
+        self.group_id: str = manifest["group_id"]
+        self.name: str = manifest["name"]
+        self.total: int = manifest["total_expected"]
+        self.retries: int = manifest["retries"]
+        self.signing_key = signing_key
+        self.poll_timeout = poll_timeout
+        self.records = BatchRecords(manifest, signing_key)
+
+    # ---- views --------------------------------------------------------------------------
+    @property
+    def created_at(self) -> datetime:
+        created = timestamp(self.manifest["created_at"])
+        assert created is not None
+        return created
+
+    @property
+    def jobs(self) -> list[JobHandle | None]:
+        """Latest attempt of each child; None where not (yet) submitted or submission failed."""
+        return self.records.latest_jobs()
+
+    @property
+    def submission_complete(self) -> bool:
+        return self.records.marker(layout.SUBMISSION_COMPLETE)
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.records.marker(layout.CANCEL_REQUESTED)
+
+    @property
+    def submission_abandoned(self) -> bool:
+        """The submitter stopped (killed, crashed) before submitting every child."""
+        return self.records.submission_abandoned
+
+    @property
+    def submission_failures(self) -> dict[int, BaseException]:
+        return self.records.submission_failures()
+
+    def statuses(self) -> list[ChildStatus]:
+        """One status per input, from one bulk poll."""
+        jobs = self.jobs
+        submitted = [j for j in jobs if j is not None]
+        states = iter(resolve_states(submitted)) if submitted else iter(())
+        failed = self.submission_failures
+        return [
+            ChildStatus.of(next(states).status)
+            if j is not None
+            else ChildStatus.SUBMIT_FAILED
+            if i in failed
+            else ChildStatus.UNSUBMITTED
+            for i, j in enumerate(jobs)
+        ]
+
+    def status_counts(self) -> dict[ChildStatus, int]:
+        counts: dict[ChildStatus, int] = {}
+        for s in self.statuses():
+            counts[s] = counts.get(s, 0) + 1
+        return counts
+
+    astatuses = in_thread(statuses)
+
+    def failures(self) -> list[JobHandle]:
+        """Children whose final state is FAILED or CANCELLED (correct after cleanup too)."""
+        jobs = [j for j in self.jobs if j is not None]
+        return [
+            j
+            for j, s in zip(jobs, resolve_states(jobs), strict=True)
+            if s.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+        ]
+
+    def to_json(self) -> str:
+        return json.dumps({"group_id": self.group_id, "storage": self.manifest["storage"]})
+
+    def child_key(self, index: int) -> str:
+        return child_key(self.group_id, index)
+
+    # ---- waiting: one tracker, a sync and an async driver --------------------------------
+    def _ticks(self, timeout: float | None) -> Iterator[tuple[Tracker, list[int]]]:
+        """Sync driver: per tick, one bulk poll of the pending children."""
+        tracker = Tracker(self.records, self.retries)
+        limit = self.poll_timeout if timeout is None else timeout
+        # No early wake-ups here (unlike JobHandle.wait): a batch polls once per interval.
+        for _ in poll_ticks(interval=tracker.interval, timeout=limit, describe=tracker.describe):
+            pending = tracker.pending()
+            states = resolve_states(pending) if pending else []
+            yield tracker, tracker.settle(zip(pending, states, strict=True))
+            if tracker.done():
+                return
+
+    async def _aticks(self, timeout: float | None) -> AsyncIterator[tuple[Tracker, list[int]]]:
+        """Async driver: children wait in the shared poller; a tick ends when one finishes
+        or after the interval."""
+        tracker = Tracker(self.records, self.retries)
+        poller = shared_poller()
+        waits: dict[str, asyncio.Task[JobState]] = {}
+        deadline = Deadline(self.poll_timeout if timeout is None else timeout, tracker.describe)
+        try:
+            while not await asyncio.to_thread(tracker.done):
+                pending = await asyncio.to_thread(tracker.pending)
+                for handle in pending:
+                    if handle.job_id not in waits:
+                        waits[handle.job_id] = asyncio.ensure_future(poller.wait(handle))
+                delay = deadline.clip(tracker.interval)
+                live = [t for t in waits.values() if not t.done()]
+                if live:
+                    await asyncio.wait(live, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+                else:
+                    await asyncio.sleep(delay)
+                by_id = {h.job_id: h for h in pending}
+                observed = [(by_id[j], t.result()) for j, t in waits.items() if t.done()]
+                for job_id in [h.job_id for h, _ in observed]:
+                    del waits[job_id]
+                observed += [
+                    (h, poller.latest[h.job_id])
+                    for h in pending
+                    if h.job_id in waits and h.job_id in poller.latest
+                ]
+                yield tracker, await asyncio.to_thread(tracker.settle, observed)
+        finally:
+            for t in waits.values():
+                t.cancel()
+
+    def as_completed(self, timeout: float | None = None) -> Iterator[JobHandle]:
+        """Children as they finish (after their retries), while later ones are still submitted."""
+        for tracker, newly in self._ticks(timeout):
+            for index in newly:
+                yield tracker.final[index][0]
+
+    async def aas_completed(self, timeout: float | None = None) -> AsyncIterator[JobHandle]:
+        async for tracker, newly in self._aticks(timeout):
+            for index in newly:
+                yield tracker.final[index][0]
+
+    def progress(self, timeout: float | None = None) -> Iterator[BatchProgress]:
+        """A progress snapshot per tick until every input is final; the last one is final.
+        Costs nothing beyond the polls that drive the batch."""
+        for tracker, _ in self._ticks(timeout):
+            yield tracker.progress()
+
+    async def aprogress(
+        self, timeout: float | None = None, *, until: Until | None = None
+    ) -> AsyncIterator[BatchProgress]:
+        """Async twin of ``progress``; stops early (without a final snapshot) once
+        ``until()`` is True."""
+        async for tracker, _ in self._aticks(timeout):
+            yield await asyncio.to_thread(tracker.progress)
+            if until is not None and await until():
+                return
+
+    def wait(self, timeout: float | None = None) -> list[ChildStatus]:
+        for _ in self._ticks(timeout):
+            pass
+        return self.statuses()
+
+    async def await_(self, timeout: float | None = None) -> list[ChildStatus]:
+        async for _ in self._aticks(timeout):
+            pass
+        return await self.astatuses()
+
+    # ---- results ------------------------------------------------------------------------
+    def results(
+        self,
+        *,
+        ordered: bool = True,
+        return_exceptions: bool = False,
+        cleanup: bool = True,
+        timeout: float | None = None,
+    ) -> list[Any]:
+        """Values per input (input order, or completion order with ``ordered=False``).
+
+        Failures raise BatchError carrying the partial results, unless
+        ``return_exceptions`` puts each exception in its place.
+        """
+        collected = [self._collect(h, cleanup) for h in self.as_completed(timeout)]
+        return self._assemble(collected, ordered, return_exceptions)
+
+    async def aresults(
+        self,
+        *,
+        ordered: bool = True,
+        return_exceptions: bool = False,
+        cleanup: bool = True,
+        timeout: float | None = None,
+    ) -> list[Any]:
+        collected = [
+            await in_thread(self._collect)(h, cleanup) async for h in self.aas_completed(timeout)
+        ]
+        return await in_thread(self._assemble)(collected, ordered, return_exceptions)
+
+    def _collect(self, handle: JobHandle, cleanup: bool) -> Collected:
+        try:
+            return index_of(handle), handle.result(cleanup=cleanup), True
+        except Exception as exc:
+            return index_of(handle), exc, False
+
+    def _assemble(
+        self, collected: list[Collected], ordered: bool, return_exceptions: bool
+    ) -> list[Any]:
+        sub_failures = self.submission_failures
+        by_index = {i: (v, ok) for i, v, ok in collected}
+        for i, exc in sub_failures.items():
+            by_index.setdefault(i, (exc, False))
+        order = sorted(by_index) if ordered else [i for i, _, _ in collected] + sorted(sub_failures)
+        if return_exceptions:
+            return [by_index[i][0] for i in order]
+        failed = [i for i in order if not by_index[i][1] and i not in sub_failures]
+        if failed or sub_failures:
+            jobs = self.jobs
+            raise BatchError(
+                self.group_id,
+                failures=[j for i in failed if (j := jobs[i]) is not None],
+                partial_results=[
+                    by_index[i][0] if by_index.get(i, (None, False))[1] else None
+                    for i in range(self.total)
+                ],
+                submission_failures=sub_failures,
+                total=self.total,
+            )
+        return [by_index[i][0] for i in order]
+
+    # ---- stop ---------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Durable: records cancel_requested (submitters everywhere stop launching), then
+        cancels every child that is still running. Cancelled children are never retried."""
+        self.records.set_marker(layout.CANCEL_REQUESTED)
+        for job in self.jobs:
+            if job is not None:
+                job.cancel()
+
+    acancel = in_thread(cancel)
+
+    def cleanup(self, *, backend: bool = True, storage: bool = True) -> None:
+        for job in self.jobs:
+            if job is not None:
+                job.cleanup(backend=backend, storage=storage)
+
+    acleanup = in_thread(cleanup)
+
+    def wait_submitted(self, timeout: float | None = None) -> None:
+        """Block until this process's background submitter has launched every child."""
+        if self.records.submitter is not None:
+            self.records.submitter.join(timeout)

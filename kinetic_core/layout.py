@@ -1,0 +1,90 @@
+"""Every storage path, in one place: the layout of a storage root.
+
+```
+jobs/{job_id}/handle.json        the JobHandle, create-only: the lock that decides an attempt
+jobs/{job_id}/payload.pkl        call envelope
+jobs/{job_id}/started.json       runner started        (records, see records.py)
+jobs/{job_id}/finished.json      runner finished
+jobs/{job_id}/stop.json          cancel / deadline marker, create-only
+jobs/{job_id}/collected.json     the result was delivered
+jobs/{job_id}/result.pkl         result envelope, create-only
+keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids are probed)
+batches/{group_id}/manifest.json          batch header, create-only
+batches/{group_id}/children/{i}.json      one record per child
+batches/{group_id}/state/{marker}         create-only markers and the submitter heartbeat
+outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR)
+```
+
+Only this module spells these paths; everything else asks it. Callers validate ids first.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kinetic_core.ids import key_digest
+
+JOBS = "jobs"
+BATCHES = "batches"
+KEYS = "keys"
+OUTPUTS = "outputs"
+
+# Files of one job.
+HANDLE = "handle.json"
+PAYLOAD = "payload.pkl"
+RESULT = "result.pkl"
+STARTED = "started.json"
+FINISHED = "finished.json"
+STOP = "stop.json"
+COLLECTED = "collected.json"
+# What cleanup(storage=True) deletes: the envelopes. The records stay as a tombstone.
+ENVELOPES = (PAYLOAD, RESULT)
+
+# Batch state markers.
+SUBMISSION_COMPLETE = "submission_complete"
+CANCEL_REQUESTED = "cancel_requested"
+SUBMITTER = "submitter.json"
+
+
+def job_dir(job_id: str) -> str:
+    return f"{JOBS}/{job_id}"
+
+
+def job_file(job_id: str, name: str) -> str:
+    """``jobs/{job_id}/{name}``; ``name`` is one of the file constants above."""
+    return f"{JOBS}/{job_id}/{name}"
+
+
+def key_index(idempotency_key: str) -> str:
+    return f"{KEYS}/{key_digest(idempotency_key)}.json"
+
+
+def batch_dir(group_id: str) -> str:
+    return f"{BATCHES}/{group_id}"
+
+
+def manifest(group_id: str) -> str:
+    return f"{BATCHES}/{group_id}/manifest.json"
+
+
+def children(group_id: str) -> str:
+    return f"{BATCHES}/{group_id}/children"
+
+
+def child(group_id: str, index: int) -> str:
+    return f"{BATCHES}/{group_id}/children/{index}.json"
+
+
+def batch_state(group_id: str, name: str) -> str:
+    return f"{BATCHES}/{group_id}/state/{name}"
+
+
+def outputs(job_id: str) -> str:
+    return f"{OUTPUTS}/{job_id}"
+
+
+def output_dir(storage_uri: str, job_id: str) -> str:
+    """Default KINETIC_OUTPUT_DIR: a path for file:// storage, a URI otherwise."""
+    if storage_uri.startswith("file://"):
+        return os.path.join(storage_uri[len("file://") :], OUTPUTS, job_id)
+    return f"{storage_uri}/{outputs(job_id)}"

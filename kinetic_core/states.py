@@ -1,0 +1,85 @@
+"""The status vocabulary: JobStatus, JobState and a batch child's ChildStatus.
+
+Plain data, no I/O. Providers and the CLI ask these types (``.terminal``, ``.collected``)
+instead of re-spelling sets of status strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+
+class JobStatus(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    NOT_FOUND = "NOT_FOUND"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (JobStatus.PENDING, JobStatus.RUNNING)
+
+
+class ChildStatus(StrEnum):
+    """Status of one input of a batch: its job's status, or why it has no job."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    NOT_FOUND = "NOT_FOUND"
+    SUBMIT_FAILED = "SUBMIT_FAILED"  # submission raised (or the submitter stopped for good)
+    UNSUBMITTED = "UNSUBMITTED"  # not submitted yet
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (ChildStatus.PENDING, ChildStatus.RUNNING, ChildStatus.UNSUBMITTED)
+
+    @property
+    def ok(self) -> bool:
+        return self is ChildStatus.SUCCEEDED
+
+    @classmethod
+    def of(cls, status: JobStatus) -> ChildStatus:
+        return cls(status.value)
+
+
+def timestamp(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+
+
+@dataclass(frozen=True)
+class JobState:
+    """Status plus the evidence behind it. ``reason`` is a short CamelCase word.
+
+    ``collected``: a SUCCEEDED job's result was delivered (an idempotent submit with its
+    key then starts a new attempt, unless told to reuse succeeded jobs).
+    """
+
+    job_id: str
+    status: JobStatus
+    reason: str | None = None
+    message: str | None = None
+    exit_code: int | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempt: int = 1
+    collected: bool = False
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.terminal
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        for key in ("created_at", "started_at", "finished_at"):
+            data[key] = data[key].isoformat() if data[key] else None
+        return data
