@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from kinetic_core.polling import Until, apoll_ticks, interval_of, poll_ticks, shared_poller
 from kinetic_core.states import JobState
 
-if TYPE_CHECKING:
-    from kinetic_core.jobs import JobHandle
-
 #: Bounded reads per tick while the job runs (each read is a bounded chunk), and at the end.
 READS_PER_TICK = 16
 READS_TO_DRAIN = 10_000
+
+
+class Followed(Protocol):
+    """What a LogStream needs of a job (a JobHandle)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def target(self) -> dict[str, Any]: ...
+    def read_logs(self, cursor: str | None = None) -> tuple[str, str | None]: ...
+    def state(self) -> JobState: ...
 
 
 class LogStream:
@@ -35,7 +43,7 @@ class LogStream:
 
     def __init__(
         self,
-        handle: JobHandle,
+        handle: Followed,
         *,
         cursor: str | None = None,
         interval: float | None = None,

@@ -11,9 +11,9 @@ from typing import Any
 import cloudpickle
 
 from kinetic_core import layout
-from kinetic_core.batch import submitter
 from kinetic_core.batch.handle import DEFAULT_POLL_TIMEOUT, BatchHandle
 from kinetic_core.batch.records import read_manifest
+from kinetic_core.batch.submitter import Plan, start_submitter
 from kinetic_core.config import Target, validate_tags
 from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
 from kinetic_core.ids import key_digest, new_id, validate_id
@@ -125,8 +125,8 @@ def submit_map(
             ) from None
     batch = BatchHandle(manifest, signing_key=resolved.signing_key)
     if not (idempotency_key and batch.cancel_requested):
-        plan = submitter.Plan(fn, calls, resolved, batch_name, all_tags, max_concurrency)
-        submitter.start(batch.records, plan)
+        plan = Plan(fn, calls, resolved, batch_name, all_tags, max_concurrency)
+        start_submitter(batch.records, plan)
     return batch
 
 

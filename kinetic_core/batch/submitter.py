@@ -35,7 +35,7 @@ class Plan:
     max_concurrency: int
 
 
-def start(records: BatchRecords, plan: Plan) -> None:
+def start_submitter(records: BatchRecords, plan: Plan) -> None:
     """Submit the children of ``plan`` in a background thread of this process."""
     records.refresh()  # a resubmission knows what the first submitter recorded
     records.submitter = threading.Thread(

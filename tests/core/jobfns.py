@@ -63,3 +63,18 @@ def exit_code(code: int) -> None:
 
 def unpicklable_result() -> Any:
     return threading.Lock()
+
+
+def split_lines(count: int, pause: float) -> int:
+    """Writes each line in two halves with a pause between: readers must not split it."""
+    import sys
+
+    for i in range(count):
+        sys.stdout.write(f"first half {i} ")
+        sys.stdout.flush()
+        time.sleep(pause)
+        sys.stdout.write(f"second half {i}\n")
+        sys.stdout.flush()
+    sys.stdout.write("no newline at the end")
+    sys.stdout.flush()
+    return count
