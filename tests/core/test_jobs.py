@@ -212,7 +212,8 @@ def test_missing_module_error_says_how_to_ship_it(
     assert "Version skew" not in str(info.value)
     # With pickle_by_value the same function runs.
     monkeypatch.setattr(
-        "kinetic_core.submission._by_value_modules", lambda fn, target: list(target.pickle_by_value or [])
+        "kinetic_core.submission._by_value_modules",
+        lambda fn, target: list(target.pickle_by_value or []),
     )
     assert kc.submit(ghost.f, target={"pickle_by_value": ["ghostmod"]}).result(timeout=60) == 1
 
