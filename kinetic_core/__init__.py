@@ -32,6 +32,7 @@ _EXPORTS = {
     "list_batches": "kinetic_core.batch",
     "BatchHandle": "kinetic_core.batch",
     "BatchProgress": "kinetic_core.batch",
+    "FailedChild": "kinetic_core.batch",
     "shared_poller": "kinetic_core.polling",
     "SharedPoller": "kinetic_core.polling",
     "background_loop": "kinetic_core.polling",
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
     from kinetic_core.batch import (
         BatchHandle,
         BatchProgress,
+        FailedChild,
         aattach_batch,
         asubmit_map,
         attach_batch,

@@ -12,12 +12,13 @@ from kinetic_core.batch.entry import (
     list_batches,
     submit_map,
 )
-from kinetic_core.batch.handle import BatchHandle
+from kinetic_core.batch.handle import BatchHandle, FailedChild
 from kinetic_core.batch.tracker import BatchProgress
 
 __all__ = [
     "BatchHandle",
     "BatchProgress",
+    "FailedChild",
     "aattach_batch",
     "asubmit_map",
     "attach_batch",

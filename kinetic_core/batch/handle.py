@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,30 @@ from kinetic_core.status import resolve_states
 DEFAULT_POLL_TIMEOUT = 24 * 3600.0  # an attached batch never waits forever by default
 
 Collected = tuple[int, Any, bool]  # (input index, value or exception, succeeded)
+
+
+@dataclass(frozen=True)
+class FailedChild:
+    """An input that did not succeed: its job and final state, or why it has no job."""
+
+    index: int
+    job: JobHandle | None
+    state: JobState | None
+    error: BaseException | None
+
+    @property
+    def status(self) -> ChildStatus:
+        return ChildStatus.of(self.state.status) if self.state else ChildStatus.SUBMIT_FAILED
+
+    @property
+    def reason(self) -> str:
+        if self.state is not None:
+            return self.state.reason or ""
+        return type(self.error).__name__
+
+    @property
+    def message(self) -> str:
+        return (self.state.message or "") if self.state is not None else str(self.error)
 
 
 class BatchHandle:
@@ -106,6 +131,22 @@ class BatchHandle:
             for j, s in zip(jobs, resolve_states(jobs), strict=True)
             if s.status in (JobStatus.FAILED, JobStatus.CANCELLED)
         ]
+
+    def failed_children(self) -> list[FailedChild]:
+        """Every input that did not succeed, in input order: failed or cancelled children
+        with their final state, and inputs that were never submitted with the error."""
+        jobs = self.jobs
+        submitted = [(i, j) for i, j in enumerate(jobs) if j is not None]
+        states = resolve_states([j for _, j in submitted]) if submitted else []
+        out = [
+            FailedChild(i, job, state, None)
+            for (i, job), state in zip(submitted, states, strict=True)
+            if state.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+        ]
+        out += [FailedChild(i, None, None, e) for i, e in self.submission_failures.items()]
+        return sorted(out, key=lambda f: f.index)
+
+    afailed_children = in_thread(failed_children)
 
     def to_json(self) -> str:
         return json.dumps({"group_id": self.group_id, "storage": self.manifest["storage"]})

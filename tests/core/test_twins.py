@@ -175,3 +175,16 @@ def test_one_shared_poller_serves_every_event_loop_of_the_process(storage_uri: s
     assert pollers[0] is pollers[1]
     assert max(sizes) == 6, f"each poll should cover the waiters of both loops: {sizes}"
     assert all(j.state().status is kc.JobStatus.SUCCEEDED for j in jobs)
+
+
+@pytest.mark.timeout(120)
+def test_failed_children_lists_failures_and_unsubmitted_inputs(storage_uri: str) -> None:
+    batch = kc.submit_map(jobfns.fail, ["boom"])
+    ok = kc.submit_map(jobfns.add, [(1, 2)])
+    batch.wait(timeout=60)
+    ok.wait(timeout=60)
+    [failed] = asyncio.run(batch.afailed_children())
+    assert failed.index == 0 and failed.job is not None
+    assert failed.status is kc.ChildStatus.FAILED and failed.reason == "Error"
+    assert "boom" in failed.message
+    assert ok.failed_children() == []
