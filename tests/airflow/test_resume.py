@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferralTimeout, Ta
 from conftest import count_jobs
 from helpers import FakeStore, make_context, retry_of
 from kinetic_airflow import KineticJobError, KineticJobTrigger, KineticOperator
-from kinetic_airflow.operators import STORE_DELIVERED, STORE_JOB_ID
+from kinetic_airflow.identity import STORE_DELIVERED, STORE_JOB_ID
 
 import kinetic_core as kc
 
