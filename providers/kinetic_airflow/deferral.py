@@ -3,21 +3,40 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import NoReturn
+from typing import Any, NoReturn, Protocol
 
-from airflow.sdk import BaseOperator
+from airflow.triggers.base import BaseTrigger
 
 import kinetic_core as kc
 from kinetic_airflow.triggers import KineticBatchTrigger, KineticJobTrigger
 
 
+class KineticWaiter(Protocol):
+    """A task that waits on kinetic work: its connection, poll interval and kill policy."""
+
+    @property
+    def kinetic_conn_id(self) -> str | None: ...
+
+    @property
+    def poll_interval(self) -> float: ...
+
+    @property
+    def cancel_on_kill(self) -> bool: ...
+
+    def defer(
+        self,
+        *,
+        trigger: BaseTrigger,
+        method_name: str,
+        kwargs: dict[str, Any] | None = None,
+        timeout: timedelta | int | float | None = None,
+    ) -> NoReturn: ...
+
+
 def defer_to_trigger(
-    task: BaseOperator,
+    task: KineticWaiter,
     work: kc.JobHandle | kc.BatchHandle,
     *,
-    kinetic_conn_id: str | None,
-    poll_interval: float,
-    cancel_on_kill: bool,
     timeout: timedelta | None,
     stream_logs: bool = False,
 ) -> NoReturn:
@@ -26,16 +45,16 @@ def defer_to_trigger(
     if isinstance(work, kc.BatchHandle):
         trigger = KineticBatchTrigger(
             batch=work.to_json(),
-            kinetic_conn_id=kinetic_conn_id,
-            poll_interval=poll_interval,
-            cancel_on_kill=cancel_on_kill,
+            kinetic_conn_id=task.kinetic_conn_id,
+            poll_interval=task.poll_interval,
+            cancel_on_kill=task.cancel_on_kill,
         )
     else:
         trigger = KineticJobTrigger(
             handle=work.to_json(),
-            kinetic_conn_id=kinetic_conn_id,
-            poll_interval=poll_interval,
+            kinetic_conn_id=task.kinetic_conn_id,
+            poll_interval=task.poll_interval,
             stream_logs=stream_logs,
-            cancel_on_kill=cancel_on_kill,
+            cancel_on_kill=task.cancel_on_kill,
         )
     task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)

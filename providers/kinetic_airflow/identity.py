@@ -1,9 +1,4 @@
-"""A task instance's stable identity: its idempotency key, job tags and state-store entries.
-
-The key ``airflow/{dag_id}/{task_id}/{run_id}/{map_index}`` makes any retry (worker crash,
-triggerer crash, operator failure) reattach to a job that is still running or
-succeeded-but-uncollected; the task state store (Airflow >= 3.3) is a convenience on top.
-"""
+"""A task instance's stable identity: its idempotency key, job tags and state-store entries."""
 
 from __future__ import annotations
 
@@ -18,7 +13,12 @@ STORE_DELIVERED = "kinetic_delivered"
 
 
 def idempotency_key(context: Mapping[str, Any], prefix: str = "airflow") -> str:
-    """The task's stable identity: (dag_id, task_id, run_id, map_index)."""
+    """The task's stable identity: (dag_id, task_id, run_id, map_index).
+
+    Any retry (worker crash, triggerer crash, operator failure) submits with the same key,
+    so it reattaches to a job that is still running or succeeded-but-uncollected; a FAILED
+    job is resubmitted as a new attempt. The task state store is a convenience on top.
+    """
     ti = context["ti"]
     return f"{prefix}/{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.map_index}"
 

@@ -27,6 +27,8 @@ class KineticJobSensor(BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("job_id", "target")
+    #: The sensor watches someone else's job: it never cancels it.
+    cancel_on_kill = False
 
     def __init__(
         self,
@@ -83,13 +85,7 @@ class KineticJobSensor(BaseSensorOperator):
         if state.terminal:
             return self._outcome(handle, state)
         defer_to_trigger(
-            self,
-            handle,
-            kinetic_conn_id=self.kinetic_conn_id,
-            poll_interval=self.poll_interval,
-            stream_logs=self.stream_logs,
-            cancel_on_kill=False,
-            timeout=timedelta(seconds=self.timeout),
+            self, handle, timeout=timedelta(seconds=self.timeout), stream_logs=self.stream_logs
         )
 
     def poke(self, context: Any) -> bool | PokeReturnValue:

@@ -1,4 +1,4 @@
-"""A Prefect task run's stable identity: the idempotency key and job tags that let retries reattach."""
+"""A Prefect task run's stable identity: the idempotency key and tags that let retries reattach."""
 
 from __future__ import annotations
 

@@ -89,14 +89,7 @@ class KineticBatchOperator(KineticBaseOperator):
         store_set(state_store(context), STORE_GROUP_ID, batch.group_id)
         batch.wait_submitted()
         if self.deferrable:
-            defer_to_trigger(
-                self,
-                batch,
-                kinetic_conn_id=self.kinetic_conn_id,
-                poll_interval=self.poll_interval,
-                cancel_on_kill=self.cancel_on_kill,
-                timeout=self.defer_timeout(context),
-            )
+            defer_to_trigger(self, batch, timeout=self.defer_timeout(context))
         batch.wait()
         return self.collect(context, batch)
 

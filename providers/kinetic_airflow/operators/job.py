@@ -123,13 +123,7 @@ class KineticOperator(KineticBaseOperator):
         handle = self.submit(context, target)
         if self.deferrable:
             defer_to_trigger(
-                self,
-                handle,
-                kinetic_conn_id=self.kinetic_conn_id,
-                poll_interval=self.poll_interval,
-                stream_logs=self.stream_logs,
-                cancel_on_kill=self.cancel_on_kill,
-                timeout=self.defer_timeout(context),
+                self, handle, timeout=self.defer_timeout(context), stream_logs=self.stream_logs
             )
         if self.stream_logs:
             for line in handle.follow_logs():
