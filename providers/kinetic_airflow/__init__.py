@@ -7,9 +7,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "KineticOperator": "kinetic_airflow.operators",
-    "KineticBatchOperator": "kinetic_airflow.operators",
-    "KineticJobError": "kinetic_airflow.operators",
+    "KineticOperator": "kinetic_airflow.operators.job",
+    "KineticBatchOperator": "kinetic_airflow.operators.batch",
+    "KineticJobError": "kinetic_airflow.failures",
     "KineticJobSensor": "kinetic_airflow.sensors",
     "KineticJobTrigger": "kinetic_airflow.triggers",
     "KineticBatchTrigger": "kinetic_airflow.triggers",

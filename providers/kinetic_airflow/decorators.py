@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk.bases.decorator import DecoratedOperator, task_decorator_factory
 
 import kinetic_core as kc
-from kinetic_airflow.operators import KineticOperator
+from kinetic_airflow.operators.job import KineticOperator
 
 TARGET_FIELDS = frozenset(f.name for f in dataclasses.fields(kc.Target)) - {"signing_key"}
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -102,8 +101,3 @@ class KineticHook(BaseHook):
         except Exception as exc:
             return False, str(exc)
         return True, f"backend={resolved.backend} storage={resolved.storage}"
-
-    @staticmethod
-    def describe(target: kc.Target) -> str:
-        """A log-safe one-line description (no secrets)."""
-        return json.dumps(target.to_dict(), sort_keys=True)

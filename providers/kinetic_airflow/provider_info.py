@@ -38,7 +38,13 @@ def get_provider_info() -> dict[str, Any]:
             },
         ],
         "operators": [
-            {"integration-name": "Kinetic", "python-modules": ["kinetic_airflow.operators"]},
+            {
+                "integration-name": "Kinetic",
+                "python-modules": [
+                    "kinetic_airflow.operators.job",
+                    "kinetic_airflow.operators.batch",
+                ],
+            },
         ],
         "sensors": [
             {"integration-name": "Kinetic", "python-modules": ["kinetic_airflow.sensors"]},

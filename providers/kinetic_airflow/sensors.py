@@ -10,9 +10,10 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 import kinetic_core as kc
+from kinetic_airflow.deferral import defer_to_trigger
+from kinetic_airflow.failures import KineticJobError, describe_failure, failure_of
 from kinetic_airflow.hooks import DEFAULT_CONN_ID, KineticHook
-from kinetic_airflow.operators import KineticJobError, describe_failure
-from kinetic_airflow.triggers import EVENT_ERROR, KineticJobTrigger
+from kinetic_airflow.triggers import EVENT_ERROR
 
 
 class KineticJobSensor(BaseSensorOperator):
@@ -26,6 +27,8 @@ class KineticJobSensor(BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("job_id", "target")
+    #: The sensor watches someone else's job: it never cancels it.
+    cancel_on_kill = False
 
     def __init__(
         self,
@@ -39,6 +42,7 @@ class KineticJobSensor(BaseSensorOperator):
         poll_interval: float = 30.0,
         **kwargs: Any,
     ) -> None:
+        poll_seconds = kc.positive_seconds(poll_interval, "poll_interval")
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(**kwargs)
         if isinstance(target, dict):
@@ -49,7 +53,7 @@ class KineticJobSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self.collect_result = collect_result
         self.stream_logs = stream_logs
-        self.poll_interval = float(poll_interval)
+        self.poll_interval = poll_seconds
 
     def _attach(self) -> kc.JobHandle:
         job_id = (self.job_id or "").strip()
@@ -67,10 +71,7 @@ class KineticJobSensor(BaseSensorOperator):
                 f"job {handle.job_id} is {state.status.value}", state=state
             )
             if state.status is kc.JobStatus.FAILED:
-                try:
-                    handle.result(timeout=10, cleanup=False)
-                except Exception as remote:
-                    exc = remote
+                exc = failure_of(handle, fallback=exc)
             raise KineticJobError(describe_failure(handle, exc))
         if self.collect_result:
             return handle.result(timeout=60, cleanup=False)
@@ -83,16 +84,8 @@ class KineticJobSensor(BaseSensorOperator):
         state = handle.state()
         if state.terminal:
             return self._outcome(handle, state)
-        self.defer(
-            trigger=KineticJobTrigger(
-                handle=handle.to_json(),
-                kinetic_conn_id=self.kinetic_conn_id,
-                poll_interval=self.poll_interval,
-                stream_logs=self.stream_logs,
-                cancel_on_kill=False,
-            ),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=self.timeout),
+        defer_to_trigger(
+            self, handle, timeout=timedelta(seconds=self.timeout), stream_logs=self.stream_logs
         )
 
     def poke(self, context: Any) -> bool | PokeReturnValue:

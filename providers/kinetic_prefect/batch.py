@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import logging
-from typing import Any, cast
+from typing import Any
 
 import anyio
 from prefect import Task
@@ -25,27 +24,18 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 from prefect.logging import get_run_logger
 from prefect.states import Cancelled
-from prefect.utilities.asyncutils import run_coro_as_sync
 
 import kinetic_core as kc
 from kinetic_prefect.artifacts import done_count, failure_rows, progress_description
+from kinetic_prefect.calling import for_caller
+from kinetic_prefect.config import TARGET_FIELDS, ConfigLike, check_config, resolve_target
 from kinetic_prefect.hub import submit_to_hub
-from kinetic_prefect.tasks import (
-    TARGET_FIELDS,
-    ConfigLike,
-    JobSpec,
-    KineticTask,
-    check_callable,
-    check_config,
-    compose_retry_condition,
-    flow_run_cancelling,
-    in_async_context,
-    resolve_target,
-    task_run_identity,
-)
+from kinetic_prefect.identity import task_run_identity
+from kinetic_prefect.retries import compose_retry_condition
+from kinetic_prefect.spec import JobSpec, check_callable
+from kinetic_prefect.tasks import KineticTask, flow_run_cancelling
 
 _log = logging.getLogger("kinetic_prefect")
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "NOT_FOUND", "SUBMIT_FAILED")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,21 +240,14 @@ def kinetic_map(
     items = list(inputs)
     if not items:
         raise kc.ConfigError("inputs must be a non-empty list (one item per child job).")
-    if (
-        not isinstance(progress_interval, int | float)
-        or isinstance(progress_interval, bool)
-        or progress_interval <= 0
-    ):
-        raise kc.ConfigError(
-            f"progress_interval must be a positive number, got {progress_interval!r}."
-        )
+    progress_seconds = kc.positive_seconds(progress_interval, "progress_interval")
     opts = MapOptions(
         items,
         max_concurrency,
         retries,
         input_mode,
         bool(return_exceptions),
-        float(progress_interval),
+        progress_seconds,
     )
     task_options.update(options)
     map_name = name or f"{default_name}-map"
@@ -278,7 +261,4 @@ def kinetic_map(
     )
     task_options.setdefault("cache_policy", NO_CACHE)
     map_task: Task[..., Any] = Task(fn=kinetic_map_body, name=map_name, **task_options)
-    result = map_task()
-    if inspect.iscoroutine(result) and not in_async_context():
-        return run_coro_as_sync(cast(Any, result))
-    return result
+    return for_caller(map_task())

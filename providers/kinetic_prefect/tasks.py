@@ -9,128 +9,31 @@ shared poller while forwarding the job's log lines to the run logger.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
-import inspect
 import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 from uuid import UUID
 
 import anyio
-import cloudpickle
 from prefect import Task
 from prefect.artifacts import acreate_markdown_artifact
-from prefect.context import FlowRunContext, TaskRunContext
-from prefect.exceptions import ObjectNotFound
+from prefect.context import TaskRunContext
 from prefect.logging import get_run_logger
-from prefect.states import Cancelled, State
-from prefect.utilities.asyncutils import run_coro_as_sync
-from prefect.utilities.hashing import hash_objects
+from prefect.states import Cancelled
 
 import kinetic_core as kc
 from kinetic_prefect.artifacts import job_markdown
-from kinetic_prefect.blocks import KineticConfig
+from kinetic_prefect.calling import for_caller
+from kinetic_prefect.config import TARGET_FIELDS, ConfigLike, check_config, resolve_target
 from kinetic_prefect.hub import submit_to_hub
-
-R = TypeVar("R")
-
-TARGET_FIELDS = frozenset(f.name for f in dataclasses.fields(kc.Target)) - {"tags"}
-ConfigLike = str | KineticConfig | kc.Target | dict[str, Any] | None
-# Errors that another attempt cannot fix: Prefect does not retry them.
-NOT_RETRYABLE: tuple[type[BaseException], ...] = (kc.ConfigError, kc.SerializationError)
+from kinetic_prefect.identity import task_run_identity
+from kinetic_prefect.retries import compose_retry_condition
+from kinetic_prefect.spec import JobSpec, check_callable
 
 _log = logging.getLogger("kinetic_prefect")
-
-
-# ---- configuration ---------------------------------------------------------------------------
-
-
-def check_config(config: Any) -> ConfigLike:
-    """Validate ``config=`` at decoration time (block names are looked up at run time)."""
-    if config is None or isinstance(config, KineticConfig):
-        return config
-    if isinstance(config, str):
-        if not config.strip():
-            raise kc.ConfigError("config must be a KineticConfig block name, not an empty string.")
-        return config
-    if isinstance(config, kc.Target | dict):
-        target = kc.Target.coerce(config)
-        target.validate()
-        return target
-    raise kc.ConfigError(
-        "config must be a KineticConfig block name, a KineticConfig, a kinetic_core.Target, "
-        f"a dict or None, not {type(config).__name__}."
-    )
-
-
-async def load_config(name: str) -> KineticConfig:
-    """Load a saved KineticConfig block; a clear ConfigError if there is none by that name."""
-    try:
-        return cast(KineticConfig, await KineticConfig.aload(name))
-    except (ValueError, ObjectNotFound) as exc:
-        raise kc.ConfigError(
-            f"No KineticConfig block named {name!r} on this Prefect server. Create it with "
-            f"KineticConfig(...).save({name!r}) (after `prefect block register -m kinetic_prefect`), "
-            "or pass config=None to use KINETIC_* environment variables and defaults."
-        ) from exc
-
-
-async def resolve_target(config: ConfigLike, overrides: kc.Target) -> kc.Target:
-    """Block/config, then decorator overrides, then KINETIC_* env and defaults; validated."""
-    if isinstance(config, str):
-        base = (await load_config(config)).to_target()
-    elif isinstance(config, KineticConfig):
-        base = config.to_target()
-    else:
-        base = kc.Target.coerce(config)
-    return base.merge(overrides).resolve()
-
-
-# ---- identity -------------------------------------------------------------------------------
-
-
-_identity_lock = threading.Lock()
-
-
-def task_run_identity(
-    ctx: TaskRunContext | None, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
-) -> tuple[str | None, dict[str, str]]:
-    """Idempotency key and job tags for the current task run.
-
-    Prefect retries keep the task run, so a retry finds the key it used before. A
-    flow-run retry creates new task runs; to let them find the jobs of the earlier flow
-    attempt the key is (flow run, task, hash of the arguments, n-th such call in this
-    flow attempt): calls with equal arguments are interchangeable, so concurrent calls
-    completing out of order cannot swap jobs with different inputs. Arguments that
-    cannot be hashed fall back to a key per task run (task retries still reattach).
-    """
-    if ctx is None:
-        return None, {}
-    run = ctx.task_run
-    tags = {"prefect-task-run": str(run.id)}
-    flow_ctx = FlowRunContext.get()
-    if run.flow_run_id is None or flow_ctx is None or flow_ctx.flow_run is None:
-        return f"prefect/task-run/{run.id}", tags
-    tags["prefect-flow-run"] = str(run.flow_run_id)
-    digest = hash_objects(args, kwargs or {})
-    if digest is None:
-        return f"prefect/task-run/{run.id}", tags
-    # The flow run context is created afresh for each flow-run attempt, so counting in
-    # it restarts at 0 on a flow retry; the per-task-run entry keeps Prefect retries stable.
-    registry = flow_ctx.task_run_dynamic_keys
-    with _identity_lock:
-        assigned = registry.get(f"kinetic-prefect/run/{run.id}")
-        if not isinstance(assigned, str):
-            slot = f"kinetic-prefect/{run.task_key}/{digest}"
-            count = registry.get(slot, 0)
-            n = count if isinstance(count, int) else 0
-            registry[slot] = n + 1
-            assigned = f"prefect/flow-run/{run.flow_run_id}/{run.task_key}/{digest}/{n}"
-            registry[f"kinetic-prefect/run/{run.id}"] = assigned
-    return assigned, tags
 
 
 # ---- waiting --------------------------------------------------------------------------------
@@ -271,39 +174,6 @@ async def attach_artifact(
 # ---- the task body --------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class JobSpec:
-    """What a kinetic task submits, and how it waits."""
-
-    fn: Callable[..., Any]
-    config: ConfigLike
-    overrides: kc.Target
-    cancel_on_cancel: bool
-    log_interval: float
-    job_name: str
-    job_tags: dict[str, str]
-    keep_result: bool
-
-    def remote_callable(self) -> Callable[..., Any]:
-        return run_coroutine_function(self.fn) if inspect.iscoroutinefunction(self.fn) else self.fn
-
-
-def run_coroutine_function(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
-    """A plain callable that runs the async ``fn`` with ``asyncio.run`` on the remote side.
-
-    Built as a closure so cloudpickle ships it by value (the remote side need not have
-    kinetic_prefect installed).
-    """
-
-    def run_async_function(*args: Any, **kwargs: Any) -> Any:
-        import asyncio as _asyncio
-
-        return _asyncio.run(fn(*args, **kwargs))
-
-    run_async_function.__qualname__ = run_async_function.__name__ = getattr(fn, "__name__", "fn")
-    return run_async_function
-
-
 async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Submit (or reattach), wait, collect. Runs inside the Prefect task run."""
     ctx = TaskRunContext.get()
@@ -373,39 +243,6 @@ def make_body(spec: JobSpec) -> Callable[..., Coroutine[Any, Any, Any]]:
     return kinetic_job
 
 
-def compose_retry_condition(
-    user: Callable[..., Any] | None,
-) -> Callable[[Task[..., Any], Any, State[Any]], Any]:
-    """Never retry configuration or serialization errors; otherwise defer to ``user``."""
-
-    def not_retryable(state: State[Any]) -> bool:
-        return isinstance(state.data, NOT_RETRYABLE)
-
-    if user is not None and inspect.iscoroutinefunction(user):
-
-        async def kinetic_retry_condition_async(
-            task: Task[..., Any], task_run: Any, state: State[Any]
-        ) -> bool:
-            return not not_retryable(state) and bool(await user(task, task_run, state))
-
-        return kinetic_retry_condition_async
-
-    def kinetic_retry_condition(task: Task[..., Any], task_run: Any, state: State[Any]) -> bool:
-        if not_retryable(state):
-            return False
-        return True if user is None else bool(user(task, task_run, state))
-
-    return kinetic_retry_condition
-
-
-def in_async_context() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 class KineticTask(Task[..., Any]):
     """A Prefect Task whose body runs as a Kinetic job.
 
@@ -414,10 +251,7 @@ class KineticTask(Task[..., Any]):
     """
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        result = super().__call__(*args, **kwargs)
-        if inspect.iscoroutine(result) and not in_async_context():
-            return run_coro_as_sync(result)
-        return result
+        return for_caller(super().__call__(*args, **kwargs))
 
     def with_options(self, *args: Any, **kwargs: Any) -> KineticTask:
         new = super().with_options(*args, **kwargs)
@@ -427,25 +261,6 @@ class KineticTask(Task[..., Any]):
     @property
     def kinetic_spec(self) -> JobSpec:
         return cast(JobSpec, self.fn.__kinetic_spec__)  # type: ignore[attr-defined]
-
-
-def check_callable(fn: Any) -> None:
-    if not callable(fn):
-        raise kc.SubmissionError(
-            f"kinetic_task needs a function to run remotely, got {type(fn).__name__}: {fn!r}."
-        )
-    if isinstance(fn, Task):
-        raise kc.SubmissionError(
-            f"{fn.name!r} is already a Prefect task; apply @kinetic_task to the plain function."
-        )
-    try:
-        cloudpickle.dumps(fn)
-    except Exception as exc:
-        raise kc.SerializationError(
-            f"Cannot serialize {getattr(fn, '__qualname__', fn)!r} to run it remotely: "
-            f"{type(exc).__name__}: {exc}. Define it at module level and avoid capturing "
-            "locks, sockets, clients or open files in its closure."
-        ) from exc
 
 
 def kinetic_task(
@@ -477,14 +292,7 @@ def kinetic_task(
     overrides = kc.Target.coerce(target).merge(kc.Target.from_dict(target_fields))
     overrides.validate()
     checked_config = check_config(config)
-    if (
-        not isinstance(log_interval, int | float)
-        or isinstance(log_interval, bool)
-        or log_interval <= 0
-    ):
-        raise kc.ConfigError(
-            f"log_interval must be a positive number of seconds, got {log_interval!r}."
-        )
+    log_seconds = kc.positive_seconds(log_interval, "log_interval")
     if job_tags is not None and not (
         isinstance(job_tags, dict)
         and all(isinstance(k, str) and isinstance(v, str) for k, v in job_tags.items())
@@ -498,7 +306,7 @@ def kinetic_task(
             config=checked_config,
             overrides=overrides,
             cancel_on_cancel=bool(cancel_on_cancel),
-            log_interval=float(log_interval),
+            log_interval=log_seconds,
             job_name=job_name or getattr(f, "__qualname__", None) or "job",
             job_tags=dict(job_tags or {}),
             keep_result=bool(keep_result),

@@ -13,8 +13,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferralTimeout, TaskDeferred
 from conftest import count_jobs
 from helpers import FakeStore, make_context, retry_of
-from kinetic_airflow import KineticJobError, KineticJobTrigger, KineticOperator
-from kinetic_airflow.operators import STORE_DELIVERED, STORE_JOB_ID
+from kinetic_airflow import KineticJobError, KineticJobSensor, KineticJobTrigger, KineticOperator
+from kinetic_airflow.identity import STORE_DELIVERED, STORE_JOB_ID
 
 import kinetic_core as kc
 
@@ -246,6 +246,8 @@ def test_bad_input_at_parse_time() -> None:
         KineticOperator(task_id="d", python_callable=print, target={"acclerator": "tpu"})
     with pytest.raises(kc.ConfigError, match="poll_interval"):
         KineticOperator(task_id="e", python_callable=print, poll_interval=0)
+    with pytest.raises(kc.ConfigError, match="poll_interval"):
+        KineticJobSensor(task_id="f", job_id="x", poll_interval=-1)
 
 
 @pytest.mark.parametrize(

@@ -75,6 +75,8 @@ def test_bad_inputs_raise_clear_errors_before_anything_is_submitted() -> None:
         kinetic_task(config=3.5)(fns.add)
     with pytest.raises(kc.ConfigError, match="log_interval"):
         kinetic_task(log_interval=0)(fns.add)
+    with pytest.raises(kc.ConfigError, match="progress_interval"):
+        kinetic_map(fns.add, inputs=[1], progress_interval=0)
     with pytest.raises(kc.SubmissionError):
         kinetic_map(42, inputs=[1])
     with pytest.raises(kc.ConfigError, match="non-empty"):

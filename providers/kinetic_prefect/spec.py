@@ -1,0 +1,67 @@
+"""What a kinetic task runs remotely: the job spec and the checks on the function it ships."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import cloudpickle
+from prefect import Task
+
+import kinetic_core as kc
+from kinetic_prefect.config import ConfigLike
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """What a kinetic task submits, and how it waits."""
+
+    fn: Callable[..., Any]
+    config: ConfigLike
+    overrides: kc.Target
+    cancel_on_cancel: bool
+    log_interval: float
+    job_name: str
+    job_tags: dict[str, str]
+    keep_result: bool
+
+    def remote_callable(self) -> Callable[..., Any]:
+        return run_coroutine_function(self.fn) if inspect.iscoroutinefunction(self.fn) else self.fn
+
+
+def run_coroutine_function(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
+    """A plain callable that runs the async ``fn`` with ``asyncio.run`` on the remote side.
+
+    Built as a closure so cloudpickle ships it by value (the remote side need not have
+    kinetic_prefect installed).
+    """
+
+    def run_async_function(*args: Any, **kwargs: Any) -> Any:
+        import asyncio as _asyncio
+
+        return _asyncio.run(fn(*args, **kwargs))
+
+    run_async_function.__qualname__ = run_async_function.__name__ = getattr(fn, "__name__", "fn")
+    return run_async_function
+
+
+def check_callable(fn: Any) -> None:
+    """A plain function that can be pickled; SubmissionError/SerializationError otherwise."""
+    if not callable(fn):
+        raise kc.SubmissionError(
+            f"kinetic_task needs a function to run remotely, got {type(fn).__name__}: {fn!r}."
+        )
+    if isinstance(fn, Task):
+        raise kc.SubmissionError(
+            f"{fn.name!r} is already a Prefect task; apply @kinetic_task to the plain function."
+        )
+    try:
+        cloudpickle.dumps(fn)
+    except Exception as exc:
+        raise kc.SerializationError(
+            f"Cannot serialize {getattr(fn, '__qualname__', fn)!r} to run it remotely: "
+            f"{type(exc).__name__}: {exc}. Define it at module level and avoid capturing "
+            "locks, sockets, clients or open files in its closure."
+        ) from exc
