@@ -144,10 +144,18 @@ class JobHandle:
         interval: float | None = None,
         timeout: float | None = None,
         until: Until | None = None,
+        best_effort: bool = False,
     ) -> LogStream:
         """Async twin of ``follow_logs`` (``async for line in job.afollow_logs()``): reads
         every ``interval`` seconds and stops early once ``until()`` is True."""
-        return LogStream(self, cursor=cursor, interval=interval, timeout=timeout, until=until)
+        return LogStream(
+            self,
+            cursor=cursor,
+            interval=interval,
+            timeout=timeout,
+            until=until,
+            best_effort=best_effort,
+        )
 
     # ---- collect --------------------------------------------------------------------------
     def result(self, timeout: float | None = None, *, cleanup: bool = True) -> Any:

@@ -39,6 +39,9 @@ class LogStream:
     (``stopped`` is then True). Afterwards ``state`` is the job's final state (None if the
     stream stopped early) and ``cursor`` is where reading stopped: a later stream started
     there continues without repeating a line.
+
+    With ``best_effort`` (what orchestrators want: a log must never fail a task), a failed
+    read stops the reading, is kept in ``error``, and the stream still ends with the job.
     """
 
     def __init__(
@@ -49,8 +52,11 @@ class LogStream:
         interval: float | None = None,
         timeout: float | None = None,
         until: Until | None = None,
+        best_effort: bool = False,
     ) -> None:
         self.handle = handle
+        self.best_effort = best_effort
+        self.error: Exception | None = None
         self.cursor = cursor
         self.interval = float(interval or interval_of(handle))
         self.timeout = timeout
@@ -63,8 +69,14 @@ class LogStream:
     def _read(self, max_reads: int) -> list[str]:
         """Complete lines from up to ``max_reads`` bounded reads (until one brings nothing)."""
         lines: list[str] = []
-        for _ in range(max_reads):
-            chunk, self.cursor = self.handle.read_logs(self.cursor)
+        for _ in range(0 if self.error else max_reads):
+            try:
+                chunk, self.cursor = self.handle.read_logs(self.cursor)
+            except Exception as exc:
+                if not self.best_effort:
+                    raise
+                self.error = exc
+                break
             if not chunk:
                 break
             split = (self._partial + chunk).split("\n")

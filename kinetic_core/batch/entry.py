@@ -95,13 +95,14 @@ def submit_map(
     batch_name: str = name or getattr(fn, "__qualname__", None) or "batch"
     all_tags = {**(resolved.tags or {}), **validate_tags(tags or {})}
     group_id = f"b{key_digest(idempotency_key)[:24]}" if idempotency_key else new_id(batch_name)
+    created_at = time.time()
     manifest = {
         "version": 1,
         "group_id": group_id,
         "name": batch_name,
         "tags": all_tags,
         "total_expected": len(calls),
-        "created_at": time.time(),
+        "created_at": created_at,
         "storage": resolved.storage,
         "target": resolved.to_dict(),
         "input_mode": input_mode,
@@ -124,6 +125,7 @@ def submit_map(
                 f"{manifest['total_expected']} inputs, not {len(calls)}: use a new key for new inputs."
             ) from None
     batch = BatchHandle(manifest, signing_key=resolved.signing_key)
+    batch.reattached = manifest["created_at"] != created_at
     if not (idempotency_key and batch.cancel_requested):
         plan = Plan(fn, calls, resolved, batch_name, all_tags, max_concurrency)
         start_submitter(batch.records, plan)

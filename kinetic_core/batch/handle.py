@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,6 +53,21 @@ class FailedChild:
         return (self.state.message or "") if self.state is not None else str(self.error)
 
 
+@dataclass
+class _Throttle:
+    """True at most once per ``every`` seconds, and whenever the batch is done."""
+
+    every: float
+    last: float = float("-inf")
+
+    def __call__(self, done: bool) -> bool:
+        now = time.monotonic()
+        if now - self.last < self.every and not done:
+            return False
+        self.last = now
+        return True
+
+
 class BatchHandle:
     """A durable reference to a batch. Rebuild it anywhere with ``attach_batch``."""
 
@@ -70,6 +86,8 @@ class BatchHandle:
         self.signing_key = signing_key
         self.poll_timeout = poll_timeout
         self.records = BatchRecords(manifest, signing_key)
+        #: True when ``submit_map`` found this batch under its idempotency key (a retry).
+        self.reattached = False
 
     # ---- views --------------------------------------------------------------------------
     @property
@@ -155,37 +173,36 @@ class BatchHandle:
         return child_key(self.group_id, index)
 
     # ---- waiting: one tracker, a sync and an async driver --------------------------------
-    def _ticks(self, timeout: float | None) -> Iterator[tuple[Tracker, list[int]]]:
-        """Sync driver: per tick, one bulk poll of the pending children."""
+    def _ticks(self, timeout: float | None) -> Iterator[tuple[Tracker, list[int], bool]]:
+        """Sync driver. Per tick, one bulk poll of the pending children; yields the tracker,
+        the inputs that became final, and whether the batch is done (the last tick)."""
         tracker = Tracker(self.records, self.retries)
         limit = self.poll_timeout if timeout is None else timeout
         # No early wake-ups here (unlike JobHandle.wait): a batch polls once per interval.
         for _ in poll_ticks(interval=tracker.interval, timeout=limit, describe=tracker.describe):
             pending = tracker.pending()
             states = resolve_states(pending) if pending else []
-            yield tracker, tracker.settle(zip(pending, states, strict=True))
-            if tracker.done():
+            newly = tracker.settle(zip(pending, states, strict=True))
+            done = tracker.done()
+            yield tracker, newly, done
+            if done:
                 return
 
-    async def _aticks(self, timeout: float | None) -> AsyncIterator[tuple[Tracker, list[int]]]:
-        """Async driver: children wait in the shared poller; a tick ends when one finishes
-        or after the interval."""
+    async def _aticks(
+        self, timeout: float | None
+    ) -> AsyncIterator[tuple[Tracker, list[int], bool]]:
+        """Async driver, same yields: children wait in the shared poller; a tick ends when
+        one of them finishes or after the interval."""
         tracker = Tracker(self.records, self.retries)
         poller = shared_poller()
         waits: dict[str, asyncio.Task[JobState]] = {}
         deadline = Deadline(self.poll_timeout if timeout is None else timeout, tracker.describe)
         try:
-            while not await asyncio.to_thread(tracker.done):
+            while True:
                 pending = await asyncio.to_thread(tracker.pending)
                 for handle in pending:
                     if handle.job_id not in waits:
                         waits[handle.job_id] = asyncio.ensure_future(poller.wait(handle))
-                delay = deadline.clip(tracker.interval)
-                live = [t for t in waits.values() if not t.done()]
-                if live:
-                    await asyncio.wait(live, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
-                else:
-                    await asyncio.sleep(delay)
                 by_id = {h.job_id: h for h in pending}
                 observed = [(by_id[j], t.result()) for j, t in waits.items() if t.done()]
                 for job_id in [h.job_id for h, _ in observed]:
@@ -195,37 +212,53 @@ class BatchHandle:
                     for h in pending
                     if h.job_id in waits and h.job_id in poller.latest
                 ]
-                yield tracker, await asyncio.to_thread(tracker.settle, observed)
+                newly = await asyncio.to_thread(tracker.settle, observed)
+                done = await asyncio.to_thread(tracker.done)
+                yield tracker, newly, done
+                if done:
+                    return
+                delay = deadline.clip(tracker.interval)
+                live = [t for t in waits.values() if not t.done()]
+                if live:
+                    await asyncio.wait(live, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+                else:
+                    await asyncio.sleep(delay)
         finally:
             for t in waits.values():
                 t.cancel()
 
     def as_completed(self, timeout: float | None = None) -> Iterator[JobHandle]:
         """Children as they finish (after their retries), while later ones are still submitted."""
-        for tracker, newly in self._ticks(timeout):
+        for tracker, newly, _ in self._ticks(timeout):
             for index in newly:
                 yield tracker.final[index][0]
 
     async def aas_completed(self, timeout: float | None = None) -> AsyncIterator[JobHandle]:
-        async for tracker, newly in self._aticks(timeout):
+        async for tracker, newly, _ in self._aticks(timeout):
             for index in newly:
                 yield tracker.final[index][0]
 
-    def progress(self, timeout: float | None = None) -> Iterator[BatchProgress]:
-        """A progress snapshot per tick until every input is final; the last one is final.
-        Costs nothing beyond the polls that drive the batch."""
-        for tracker, _ in self._ticks(timeout):
-            yield tracker.progress()
+    def progress(
+        self, timeout: float | None = None, *, every: float = 0.0
+    ) -> Iterator[BatchProgress]:
+        """Progress snapshots while the batch runs, at most one per ``every`` seconds, and
+        always the final one. Costs nothing beyond the polls that drive the batch."""
+        due = _Throttle(every)
+        for tracker, _, done in self._ticks(timeout):
+            if due(done):
+                yield tracker.progress()
 
     async def aprogress(
-        self, timeout: float | None = None, *, until: Until | None = None
+        self, timeout: float | None = None, *, every: float = 0.0, until: Until | None = None
     ) -> AsyncIterator[BatchProgress]:
-        """Async twin of ``progress``; stops early (without a final snapshot) once
-        ``until()`` is True."""
-        async for tracker, _ in self._aticks(timeout):
-            yield await asyncio.to_thread(tracker.progress)
-            if until is not None and await until():
-                return
+        """Async twin of ``progress``; stops early (no final snapshot then) once ``until()``
+        is True, which is asked with each snapshot."""
+        due = _Throttle(every)
+        async for tracker, _, done in self._aticks(timeout):
+            if due(done):
+                yield await asyncio.to_thread(tracker.progress)
+                if until is not None and await until():
+                    return
 
     def wait(self, timeout: float | None = None) -> list[ChildStatus]:
         for _ in self._ticks(timeout):

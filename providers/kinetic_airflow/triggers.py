@@ -1,15 +1,13 @@
-"""Triggers: wait for kinetic jobs in the triggerer through the core's shared async poller.
+"""Triggers: wait for kinetic jobs in the triggerer through the core's async twins.
 
-Every ``KineticJobTrigger`` in one triggerer event loop registers with
-``kinetic_core.shared_poller()``, so N deferred tasks cost one bulk backend poll per
-interval, not N. Nothing here blocks the event loop: storage and backend calls go
-through the core's async API or ``asyncio.to_thread``.
+Every wait registers with the core's process-wide shared poller, so N deferred tasks
+cost one bulk backend poll per interval, not N. The triggers hold no loop of their own:
+log streaming is ``JobHandle.afollow_logs`` and batch progress is ``BatchHandle.aprogress``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import json
 import traceback
 from collections.abc import AsyncIterator
 from typing import Any
@@ -88,9 +86,13 @@ class KineticJobTrigger(BaseTrigger):
         )
         try:
             if self.stream_logs:
-                state = await self._wait_streaming(handle)
+                stream = handle.afollow_logs(cursor=self.log_cursor, interval=self.poll_interval)
+                async for line in stream:
+                    self.log.info("[%s] %s", handle.job_id, line)
+                self.log_cursor = stream.cursor
+                state = stream.state or await handle.astate()
             else:
-                state = await handle.await_done()
+                state = await handle.await_()
         except Exception as exc:
             self.log.exception("Could not observe kinetic job %s", handle.job_id)
             yield TriggerEvent(
@@ -116,44 +118,12 @@ class KineticJobTrigger(BaseTrigger):
             }
         )
 
-    async def _wait_streaming(self, handle: kc.JobHandle) -> kc.JobState:
-        """One registration with the shared poller; read new log text between waits."""
-        done = asyncio.ensure_future(handle.await_done())
-        try:
-            while True:
-                try:
-                    state = await asyncio.wait_for(asyncio.shield(done), self.poll_interval)
-                except TimeoutError:
-                    await self._pump_logs(handle)
-                    continue
-                await self._pump_logs(handle, drain=True)
-                return state
-        finally:
-            if not done.done():
-                done.cancel()
-                with contextlib.suppress(BaseException):
-                    await done
-
-    async def _pump_logs(self, handle: kc.JobHandle, *, drain: bool = False) -> None:
-        """Copy log text after the cursor into the task log, a bounded chunk per read."""
-        for _ in range(64 if drain else 4):
-            try:
-                text, cursor = await asyncio.to_thread(handle.read_logs, self.log_cursor)
-            except Exception as exc:  # logs are best effort; the status is what matters
-                self.log.warning("Could not read logs of %s: %s", handle.job_id, exc)
-                return
-            self.log_cursor = cursor
-            if not text:
-                return
-            for line in text.rstrip("\n").split("\n"):
-                self.log.info("[%s] %s", handle.job_id, line)
-
     async def on_kill(self) -> None:
         """A user killed the deferred task (mark failed/success, clear): cancel the job."""
         if not self.cancel_on_kill:
             return
         handle = self.handle
-        cancelled = await asyncio.to_thread(handle.cancel)
+        cancelled = await handle.acancel()
         self.log.info(
             "Kinetic job %s %s", handle.job_id, "cancelled" if cancelled else "had already finished"
         )
@@ -186,20 +156,23 @@ class KineticBatchTrigger(BaseTrigger):
             },
         )
 
-    async def _batch(self) -> Any:
-        import json
-
+    async def _batch(self) -> kc.BatchHandle:
         ref = json.loads(self.batch_json)
         target = await KineticHook(self.kinetic_conn_id).aget_target({"storage": ref["storage"]})
-        return await asyncio.to_thread(kc.attach_batch, ref["group_id"], target=target)
+        return await kc.aattach_batch(ref["group_id"], target=target)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         group_id = None
         try:
             batch = await self._batch()
             group_id = batch.group_id
-            await batch.await_done()
-            counts = await asyncio.to_thread(batch.status_counts)
+            last = ""
+            progress = None
+            async for progress in batch.aprogress():
+                if progress.describe() != last:  # one line per change, not per tick
+                    last = progress.describe()
+                    self.log.info("Kinetic batch %s: %s", group_id, last)
+            counts = {str(k): v for k, v in progress.counts.items()} if progress else {}
         except Exception as exc:
             self.log.exception("Could not observe kinetic batch %s", group_id)
             yield TriggerEvent(
@@ -211,7 +184,7 @@ class KineticBatchTrigger(BaseTrigger):
                 }
             )
             return
-        ok = set(counts) <= {kc.JobStatus.SUCCEEDED.value}
+        ok = progress is not None and all(status.ok for status in progress.counts)
         self.log.info("Kinetic batch %s finished: %s", group_id, counts)
         yield TriggerEvent(
             {
@@ -225,5 +198,5 @@ class KineticBatchTrigger(BaseTrigger):
         if not self.cancel_on_kill:
             return
         batch = await self._batch()
-        await asyncio.to_thread(batch.cancel)
+        await batch.acancel()
         self.log.info("Kinetic batch %s cancelled", batch.group_id)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from kinetic_prefect.batch import kinetic_map
 from kinetic_prefect.blocks import KineticConfig
-from kinetic_prefect.hub import hub_poller
 from kinetic_prefect.tasks import KineticTask, kinetic_task
 
-__all__ = ["KineticConfig", "KineticTask", "hub_poller", "kinetic_map", "kinetic_task"]
+__all__ = ["KineticConfig", "KineticTask", "kinetic_map", "kinetic_task"]

@@ -18,7 +18,7 @@ def _at(value: datetime | None) -> str:
     return value.isoformat(timespec="seconds") if value else ""
 
 
-def job_markdown(handle: kc.JobHandle, state: kc.JobState, *, reattached: bool) -> str:
+def job_markdown(handle: kc.JobHandle, state: kc.JobState) -> str:
     """Job id, target and final state, with a table of the job's state history."""
     history: list[tuple[str, datetime | None, str | None, str | None]] = [
         ("PENDING", state.created_at, "submitted", "")
@@ -36,7 +36,7 @@ def job_markdown(handle: kc.JobHandle, state: kc.JobState, *, reattached: bool) 
         f"### Kinetic job `{handle.job_id}`\n\n"
         f"| | |\n|---|---|\n"
         f"| job id | `{handle.job_id}` |\n"
-        f"| attempt | {handle.attempt}{' (reattached)' if reattached else ''} |\n"
+        f"| attempt | {handle.attempt}{' (reattached)' if handle.reattached else ''} |\n"
         f"| final state | **{state.status.value}**{f' ({_cell(state.reason)})' if state.reason else ''} |\n"
         f"| exit code | {_cell(state.exit_code)} |\n"
         f"| location | `{_cell(handle.location)}` |\n"
@@ -49,42 +49,16 @@ def job_markdown(handle: kc.JobHandle, state: kc.JobState, *, reattached: bool) 
     )
 
 
-def progress_description(counts: dict[str, int], total: int) -> str:
-    parts = ", ".join(f"{k.lower()}: {v}" for k, v in sorted(counts.items()) if v)
-    return f"{done_count(counts)}/{total} jobs finished ({parts or 'submitting'})"
-
-
-def done_count(counts: dict[str, int]) -> int:
-    return sum(
-        v for k, v in counts.items() if k in ("SUCCEEDED", "FAILED", "CANCELLED", "NOT_FOUND")
-    )
-
-
-def failure_rows(batch: kc.BatchHandle) -> list[dict[str, Any]]:
-    """One row per failed child (and per child that could not be submitted)."""
-    index = {h.job_id: i for i, h in enumerate(batch.jobs) if h is not None}
-    rows: list[dict[str, Any]] = []
-    for handle in batch.failures():
-        state = handle.state()
-        rows.append(
-            {
-                "index": index.get(handle.job_id),
-                "job_id": handle.job_id,
-                "status": state.status.value,
-                "reason": state.reason or "",
-                "message": (state.message or "")[:500],
-                "exit_code": state.exit_code,
-            }
-        )
-    for i, exc in sorted(batch.submission_failures.items()):
-        rows.append(
-            {
-                "index": i,
-                "job_id": "",
-                "status": "NOT_SUBMITTED",
-                "reason": type(exc).__name__,
-                "message": str(exc)[:500],
-                "exit_code": None,
-            }
-        )
-    return rows
+def failure_rows(failed: list[kc.FailedChild]) -> list[dict[str, Any]]:
+    """One table row per input that did not succeed."""
+    return [
+        {
+            "index": f.index,
+            "job_id": f.job.job_id if f.job else "",
+            "status": f.status.value,
+            "reason": f.reason,
+            "message": f.message[:500],
+            "exit_code": f.state.exit_code if f.state else None,
+        }
+        for f in failed
+    ]

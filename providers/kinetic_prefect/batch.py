@@ -8,12 +8,10 @@ the failures.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from typing import Any
 
-import anyio
 from prefect import Task
 from prefect.artifacts import (
     acreate_progress_artifact,
@@ -26,14 +24,14 @@ from prefect.logging import get_run_logger
 from prefect.states import Cancelled
 
 import kinetic_core as kc
-from kinetic_prefect.artifacts import done_count, failure_rows, progress_description
+from kinetic_prefect.artifacts import failure_rows
 from kinetic_prefect.calling import for_caller
+from kinetic_prefect.cancellation import cancel_remote, flow_run_cancelling
 from kinetic_prefect.config import TARGET_FIELDS, ConfigLike, check_config, resolve_target
-from kinetic_prefect.hub import submit_to_hub
 from kinetic_prefect.identity import task_run_identity
 from kinetic_prefect.retries import compose_retry_condition
 from kinetic_prefect.spec import JobSpec, check_callable
-from kinetic_prefect.tasks import KineticTask, flow_run_cancelling
+from kinetic_prefect.tasks import KineticTask
 
 _log = logging.getLogger("kinetic_prefect")
 
@@ -52,29 +50,15 @@ def _artifact_key(group_id: str, suffix: str = "") -> str:
     return f"kinetic-batch-{group_id}{suffix}"
 
 
-async def _update_progress(batch: kc.BatchHandle, artifact_id: Any, logger: Any) -> dict[str, int]:
-    counts = await asyncio.to_thread(batch.status_counts)
-    done = done_count(counts) + counts.get("SUBMIT_FAILED", 0)
+async def _update_progress(progress: kc.BatchProgress, artifact_id: Any, logger: Any) -> None:
     try:
         await aupdate_progress_artifact(
-            artifact_id,
-            progress=100.0 * done / max(batch.total, 1),
-            description=progress_description(counts, batch.total),
+            artifact_id, progress=100.0 * progress.fraction, description=progress.describe()
         )
     except Exception as exc:
         logger.warning(
-            "Could not update the progress artifact of batch %s: %s", batch.group_id, exc
+            "Could not update the progress artifact of batch %s: %s", progress.group_id, exc
         )
-    return counts
-
-
-async def _cancel_batch(batch: kc.BatchHandle, logger: Any, why: str) -> None:
-    try:
-        with anyio.CancelScope(shield=True):
-            await asyncio.to_thread(batch.cancel)
-        logger.warning("Cancelled Kinetic batch %s: %s.", batch.group_id, why)
-    except Exception as exc:
-        logger.error("Could not cancel Kinetic batch %s (%s): %s", batch.group_id, why, exc)
 
 
 async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
@@ -82,8 +66,7 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
     logger: Any = get_run_logger() if ctx is not None else _log
     target = await resolve_target(spec.config, spec.overrides)
     key, identity_tags = task_run_identity(ctx, (opts.inputs, opts.input_mode), {})
-    batch = await asyncio.to_thread(
-        kc.submit_map,
+    batch = await kc.asubmit_map(
         spec.remote_callable(),
         opts.inputs,
         target=target,
@@ -106,42 +89,34 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
         key=_artifact_key(batch.group_id),
         description=f"Kinetic batch {batch.group_id}: submitting",
     )
-    results = submit_to_hub(batch.aresults(ordered=True, return_exceptions=True, cleanup=False))
-    waiter = asyncio.wrap_future(results)
     flow_run_id = ctx.task_run.flow_run_id if ctx is not None else None
+
+    async def cancelling() -> bool:
+        return flow_run_id is not None and await flow_run_cancelling(
+            flow_run_id, opts.progress_interval
+        )
+
+    progress: kc.BatchProgress | None = None
     try:
-        while True:
-            finished, _ = await asyncio.wait({waiter}, timeout=opts.progress_interval)
-            counts = await _update_progress(batch, artifact_id, logger)
-            if finished:
-                break
-            logger.info(
-                "Kinetic batch %s: %s", batch.group_id, progress_description(counts, batch.total)
-            )
-            if flow_run_id is not None and await flow_run_cancelling(
-                flow_run_id, opts.progress_interval
-            ):
-                results.cancel()
-                if spec.cancel_on_cancel:
-                    await _cancel_batch(batch, logger, "the flow run was cancelled")
-                return Cancelled(
-                    message=f"Flow run cancelled; Kinetic batch {batch.group_id} cancelled."
-                )
+        async for progress in batch.aprogress(every=opts.progress_interval, until=cancelling):
+            await _update_progress(progress, artifact_id, logger)
+            logger.info("Kinetic batch %s: %s", batch.group_id, progress.describe())
     except BaseException as exc:
-        results.cancel()
         if spec.cancel_on_cancel and not isinstance(exc, Exception | GeneratorExit):
-            await _cancel_batch(
+            await cancel_remote(
                 batch, logger, f"the task run was interrupted ({type(exc).__name__})"
             )
         raise
-    values: list[Any] = waiter.result()
-    statuses = await asyncio.to_thread(batch.statuses)
-    failed = [i for i, s in enumerate(statuses) if s != "SUCCEEDED"]
+    if progress is None or not progress.done:  # the flow run is being cancelled
+        if spec.cancel_on_cancel:
+            await cancel_remote(batch, logger, "the flow run was cancelled")
+        return Cancelled(message=f"Flow run cancelled; Kinetic batch {batch.group_id} cancelled.")
+    values: list[Any] = await batch.aresults(return_exceptions=True, cleanup=False)
+    failed = await batch.afailed_children()
     if failed:
-        rows = await asyncio.to_thread(failure_rows, batch)
         try:
             await acreate_table_artifact(
-                table=rows,
+                table=failure_rows(failed),
                 key=_artifact_key(batch.group_id, "-failures"),
                 description=f"Kinetic batch {batch.group_id}: {len(failed)} of {batch.total} failed",
             )
@@ -156,15 +131,14 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
         len(failed),
     )
     # Free backend resources; results stay so a retry of this task run can read them again.
-    await asyncio.to_thread(batch.cleanup, storage=not spec.keep_result)
+    await batch.acleanup(storage=not spec.keep_result)
     if failed and not opts.return_exceptions:
-        jobs = await asyncio.to_thread(lambda: batch.jobs)
-        failed_set = set(failed)
+        failed_set = {f.index for f in failed}
         raise kc.BatchError(
             batch.group_id,
-            failures=[j for i, j in enumerate(jobs) if i in failed_set and j is not None],
+            failures=[f.job for f in failed if f.job is not None],
             partial_results=[None if i in failed_set else v for i, v in enumerate(values)],
-            submission_failures=await asyncio.to_thread(lambda: batch.submission_failures),
+            submission_failures={f.index: f.error for f in failed if f.error is not None},
             total=batch.total,
         )
     return values

@@ -8,16 +8,12 @@ shared poller while forwarding the job's log lines to the run logger.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-import threading
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 from uuid import UUID
 
-import anyio
 from prefect import Task
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.context import TaskRunContext
@@ -27,8 +23,8 @@ from prefect.states import Cancelled
 import kinetic_core as kc
 from kinetic_prefect.artifacts import job_markdown
 from kinetic_prefect.calling import for_caller
+from kinetic_prefect.cancellation import cancel_remote, flow_run_cancelling
 from kinetic_prefect.config import TARGET_FIELDS, ConfigLike, check_config, resolve_target
-from kinetic_prefect.hub import submit_to_hub
 from kinetic_prefect.identity import task_run_identity
 from kinetic_prefect.retries import compose_retry_condition
 from kinetic_prefect.spec import JobSpec, check_callable
@@ -39,114 +35,29 @@ _log = logging.getLogger("kinetic_prefect")
 # ---- waiting --------------------------------------------------------------------------------
 
 
-class LogForwarder:
-    """Forwards a job's new log lines to a logger, incrementally (cursor-based reads)."""
-
-    def __init__(self, handle: kc.JobHandle, logger: Any) -> None:
-        self.handle = handle
-        self.logger = logger
-        self.cursor: str | None = None
-        self.partial = ""
-        self.broken = False
-
-    async def forward(self) -> bool:
-        """Emit the complete lines written since the last call; True if there was text."""
-        if self.broken:
-            return False
-        try:
-            text, self.cursor = await asyncio.to_thread(self.handle.read_logs, self.cursor)
-        except Exception as exc:  # logs are best effort; never fail the task over them
-            self.broken = True
-            self.logger.warning("Cannot read the logs of job %s: %s", self.handle.job_id, exc)
-            return False
-        if not text:
-            return False
-        lines = (self.partial + text).split("\n")
-        self.partial = lines.pop()
-        for line in lines:
-            self.logger.info("[%s] %s", self.handle.job_id, line.rstrip("\r"))
-        return True
-
-    async def drain(self, max_reads: int = 10_000) -> None:
-        """After the job ended: read what is left (reads are bounded in size)."""
-        for _ in range(max_reads):
-            if not await self.forward():
-                break
-        if self.partial:
-            self.logger.info("[%s] %s", self.handle.job_id, self.partial)
-            self.partial = ""
-
-
-_flow_run_checks: dict[UUID, tuple[float, bool]] = {}
-_flow_run_checks_lock = threading.Lock()
-
-
-async def flow_run_cancelling(flow_run_id: UUID, max_age: float) -> bool:
-    """Whether the flow run is Cancelling/Cancelled, asked at most once per ``max_age`` per
-    flow run in this process (all of its Kinetic tasks share the answer)."""
-    now = time.monotonic()
-    with _flow_run_checks_lock:
-        cached = _flow_run_checks.get(flow_run_id)
-    if cached is not None and now - cached[0] < max_age:
-        return cached[1]
-    from prefect.client.orchestration import get_client
-
-    try:
-        async with get_client() as client:
-            flow_run = await client.read_flow_run(flow_run_id)
-    except Exception:  # the API being unreachable is not a cancellation
-        return False
-    state = flow_run.state
-    flag = bool(state is not None and (state.is_cancelling() or state.is_cancelled()))
-    with _flow_run_checks_lock:
-        if len(_flow_run_checks) > 1024:
-            _flow_run_checks.clear()
-        _flow_run_checks[flow_run_id] = (now, flag)
-    return flag
-
-
 async def follow_job(
     handle: kc.JobHandle, logger: Any, *, log_interval: float, flow_run_id: UUID | None
 ) -> kc.JobState | None:
-    """Wait until the job is terminal, forwarding logs every ``log_interval`` seconds.
+    """Wait until the job is terminal, forwarding its log lines to ``logger`` every
+    ``log_interval`` seconds (the core's shared poller does the waiting). Returns None if
+    the flow run is being cancelled while the job runs."""
 
-    One waiter per job sits on the hub loop's shared poller for the whole wait (one
-    bulk poll per interval for every job of the process). Returns None if the flow run
-    is being cancelled while the job runs.
-    """
-    done = submit_to_hub(handle.await_done())
-    waiter = asyncio.wrap_future(done)
-    logs = LogForwarder(handle, logger)
-    try:
-        while True:
-            finished, _ = await asyncio.wait({waiter}, timeout=log_interval)
-            if finished:
-                await logs.drain()
-                return waiter.result()
-            await logs.forward()
-            if flow_run_id is not None and await flow_run_cancelling(flow_run_id, log_interval):
-                return None
-    finally:
-        done.cancel()  # no-op when finished; otherwise unregisters the hub waiter
+    async def cancelling() -> bool:
+        return flow_run_id is not None and await flow_run_cancelling(flow_run_id, log_interval)
+
+    stream = handle.afollow_logs(interval=log_interval, until=cancelling, best_effort=True)
+    async for line in stream:
+        logger.info("[%s] %s", handle.job_id, line)
+    if stream.error is not None:
+        logger.warning("Cannot read the logs of job %s: %s", handle.job_id, stream.error)
+    return None if stream.stopped else stream.state
 
 
-async def cancel_job(handle: kc.JobHandle, logger: Any, why: str) -> None:
-    """Cancel the remote job, shielded from the cancellation that got us here."""
-    try:
-        with anyio.CancelScope(shield=True):
-            cancelled = await asyncio.to_thread(handle.cancel)
-    except Exception as exc:
-        logger.error("Could not cancel Kinetic job %s (%s): %s", handle.job_id, why, exc)
-        return
-    if cancelled:
-        logger.warning("Cancelled Kinetic job %s: %s.", handle.job_id, why)
-
-
-def collect(handle: kc.JobHandle, keep_result: bool) -> Any:
+async def collect(handle: kc.JobHandle, keep_result: bool) -> Any:
     """The value, or the remote exception re-raised (always an Exception, so Prefect
     marks the run Failed and may retry, never Crashed)."""
     try:
-        value = handle.result(cleanup=not keep_result)
+        value = await handle.aresult(cleanup=not keep_result)
     except Exception:
         raise
     except BaseException as exc:  # a remote SystemExit/KeyboardInterrupt is still a failure
@@ -155,15 +66,13 @@ def collect(handle: kc.JobHandle, keep_result: bool) -> Any:
     if keep_result:
         # Free backend resources now; keep the result envelope so that a flow-run retry
         # reuses this succeeded job instead of running it again.
-        handle.cleanup(storage=False)
+        await handle.acleanup(storage=False)
     return value
 
 
-async def attach_artifact(
-    handle: kc.JobHandle, state: kc.JobState, reattached: bool, logger: Any
-) -> None:
+async def attach_artifact(handle: kc.JobHandle, state: kc.JobState, logger: Any) -> None:
     try:
-        markdown = await asyncio.to_thread(job_markdown, handle, state, reattached=reattached)
+        markdown = job_markdown(handle, state)
         await acreate_markdown_artifact(
             markdown, description=f"Kinetic job {handle.job_id}: {state.status.value}"
         )
@@ -180,9 +89,7 @@ async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     logger: Any = get_run_logger() if ctx is not None else _log
     target = await resolve_target(spec.config, spec.overrides)
     key, identity_tags = task_run_identity(ctx, args, kwargs)
-    started = time.time()
-    handle = await asyncio.to_thread(
-        kc.submit,
+    handle = await kc.asubmit(
         spec.remote_callable(),
         args,
         kwargs,
@@ -192,12 +99,11 @@ async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         tags={**identity_tags, **spec.job_tags},
         reuse_succeeded=spec.keep_result,
     )
-    reattached = handle.created_at < started
     logger.info(
         "Kinetic job %s (attempt %d) %s on backend %r; state in %s",
         handle.job_id,
         handle.attempt,
-        "reattached" if reattached else "submitted",
+        "reattached" if handle.reattached else "submitted",
         target.backend,
         handle.location,
     )
@@ -210,13 +116,15 @@ async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         # Cancellation (flow run cancelled, task timeout, termination signal) ends the
         # job too; an ordinary error while waiting leaves it for the retry to reattach.
         if spec.cancel_on_cancel and not isinstance(exc, Exception | GeneratorExit):
-            await cancel_job(handle, logger, f"the task run was interrupted ({type(exc).__name__})")
+            await cancel_remote(
+                handle, logger, f"the task run was interrupted ({type(exc).__name__})"
+            )
         raise
     if state is None:  # the flow run is being cancelled
         if spec.cancel_on_cancel:
-            await cancel_job(handle, logger, "the flow run was cancelled")
-        current = await asyncio.to_thread(handle.state)
-        await attach_artifact(handle, current, reattached, logger)
+            await cancel_remote(handle, logger, "the flow run was cancelled")
+        current = await handle.astate()
+        await attach_artifact(handle, current, logger)
         return Cancelled(
             message=f"Flow run cancelled; Kinetic job {handle.job_id} is {current.status.value}."
         )
@@ -226,10 +134,10 @@ async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         state.status.value,
         f" ({state.reason}: {state.message})" if state.reason else "",
     )
-    await attach_artifact(handle, state, reattached, logger)
+    await attach_artifact(handle, state, logger)
     if state.status is kc.JobStatus.CANCELLED:
         return Cancelled(message=f"Kinetic job {handle.job_id} was cancelled: {state.message}")
-    return await asyncio.to_thread(collect, handle, spec.keep_result)
+    return await collect(handle, spec.keep_result)
 
 
 def make_body(spec: JobSpec) -> Callable[..., Coroutine[Any, Any, Any]]:

@@ -13,6 +13,8 @@ from prefect import flow
 from prefect.testing.cli import invoke_and_assert
 
 import kinetic_core as kc
+from kinetic_core.payload import read_summary
+from kinetic_core.storage import open_storage
 
 
 def test_block_registered_through_entry_point_and_loaded_by_name(tmp_path: Path) -> None:
@@ -38,7 +40,8 @@ def test_block_registered_through_entry_point_and_loaded_by_name(tmp_path: Path)
 
     assert using_block() == 5
     (job,) = kc.list_jobs(target={"storage": storage, "signing_key": "s3cret"})
-    assert job.signed and job.tags["team"] == "ml"
+    call = read_summary(open_storage(storage), f"jobs/{job.job_id}/payload.pkl")
+    assert call["hmac"] and job.tags["team"] == "ml"  # signed with the block's key
     assert kc.list_jobs() == []  # nothing went to the default storage
 
 

@@ -188,7 +188,7 @@ def test_remote_logs_forwarded_incrementally_and_job_artifact() -> None:
 def test_fifty_concurrent_tasks_share_one_poll_per_interval() -> None:
     n = 50
     nap = kinetic_task(fns.sleepy, log_interval=1.0)
-    poller = kinetic_prefect.hub_poller()
+    poller = kc.shared_poller()
 
     @flow
     async def fan_out(count: int) -> list[str]:

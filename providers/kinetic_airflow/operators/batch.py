@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -63,7 +62,6 @@ class KineticBatchOperator(KineticBaseOperator):
 
     def execute(self, context: Any) -> Any:
         target = self.resolve_target()
-        started = time.time()
         try:
             batch = kc.submit_map(
                 self.python_callable,
@@ -81,9 +79,7 @@ class KineticBatchOperator(KineticBaseOperator):
                 f"Cannot submit batch for task {self.task_id}: {exc}"
             ) from exc
         self._batch = batch
-        verb = (
-            "Reattached to" if batch.manifest.get("created_at", started) < started else "Submitted"
-        )
+        verb = "Reattached to" if batch.reattached else "Submitted"
         self.log.info("%s kinetic batch %s (%s inputs)", verb, batch.group_id, batch.total)
         context["ti"].xcom_push(key="group_id", value=batch.group_id)
         store_set(state_store(context), STORE_GROUP_ID, batch.group_id)
@@ -106,7 +102,8 @@ class KineticBatchOperator(KineticBaseOperator):
         return kc.attach_batch(group_id, target=self.resolve_target())
 
     def collect(self, context: Mapping[str, Any], batch: kc.BatchHandle) -> Any:
-        self.log.info("Kinetic batch %s: %s", batch.group_id, batch.status_counts())
+        progress = kc.BatchProgress(batch.group_id, batch.total, batch.status_counts())
+        self.log.info("Kinetic batch %s: %s", batch.group_id, progress.describe())
         try:
             values = batch.results(return_exceptions=self.return_exceptions, timeout=60)
         except kc.BatchError as exc:

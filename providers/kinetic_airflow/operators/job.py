@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -80,7 +79,6 @@ class KineticOperator(KineticBaseOperator):
     def submit(self, context: Mapping[str, Any], target: kc.Target) -> kc.JobHandle:
         """Submit, or reattach to the job this task already has in flight."""
         key = self.key_for(context)
-        started = time.time()
         if not isinstance(self.op_args, list | tuple):
             raise AirflowFailException(
                 f"op_args must render to a list, got {type(self.op_args).__name__}."
@@ -101,7 +99,7 @@ class KineticOperator(KineticBaseOperator):
             )
         except (kc.SerializationError, kc.ConfigError) as exc:
             raise AirflowFailException(f"Cannot submit task {self.task_id}: {exc}") from exc
-        verb = "Reattached to" if handle.created_at < started else "Submitted"
+        verb = "Reattached to" if handle.reattached else "Submitted"
         self.log.info(
             "%s kinetic job %s (attempt %s) at %s",
             verb,
@@ -148,7 +146,7 @@ class KineticOperator(KineticBaseOperator):
         if self.result == "reference" and state.status is kc.JobStatus.SUCCEEDED:
             value: Any = {
                 "job_id": handle.job_id,
-                "result_uri": f"{handle.location}/result.pkl",
+                "result_uri": handle.result_uri,
                 "output_dir": handle.output_dir,
                 "storage": handle.storage,
             }
