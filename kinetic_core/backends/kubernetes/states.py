@@ -4,6 +4,7 @@ person can act on (Unschedulable, ImagePullBackOff, OOMKilled, DeadlineExceeded,
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from kinetic_core.backends import BackendState
@@ -37,30 +38,17 @@ def job_state(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Backend
         c.get("type") == "DisruptionTarget" and c.get("status") == "True"
         for c in pod_status.get("conditions", [])
     )
+    exited = partial(BackendState, "exited", started_at=started, finished_at=finished)
     if evicted:
-        return BackendState(
-            "exited",
-            exit_code=exit_code,
-            reason="Preempted",
-            started_at=started,
-            finished_at=finished,
-            message=pod_status.get("message") or "the pod was evicted or preempted",
-        )
+        message = pod_status.get("message") or "the pod was evicted or preempted"
+        return exited(exit_code=exit_code, reason="Preempted", message=message)
     if "Complete" in conditions:
-        return BackendState(
-            "exited", exit_code=0, reason="Completed", started_at=started, finished_at=finished
-        )
+        return exited(exit_code=0, reason="Completed")
     if "Failed" in conditions:
         cond = conditions["Failed"]
         if cond.get("reason") == "DeadlineExceeded":
-            return BackendState(
-                "exited",
-                exit_code=exit_code,
-                reason="DeadlineExceeded",
-                started_at=started,
-                finished_at=finished,
-                message=cond.get("message") or "activeDeadlineSeconds exceeded",
-            )
+            message = cond.get("message") or "activeDeadlineSeconds exceeded"
+            return exited(exit_code=exit_code, reason="DeadlineExceeded", message=message)
         return _terminated_state(terminated, started, finished, cond.get("message"))
     if terminated:
         return _terminated_state(terminated, started, finished, None)
