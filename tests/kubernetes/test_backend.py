@@ -248,7 +248,7 @@ def test_reasons_from_pod_status_written_through_the_api(kube: kc.Target) -> Non
 def _patch_status(backend: KubernetesBackend, pod: str, status: dict[str, Any]) -> None:
     params = backend.client.api.param_serialize(
         method="PATCH",
-        resource_path=backend._ns("pods", pod) + "/status",
+        resource_path=backend.client.ns("pods", pod) + "/status",
         header_params={
             "Content-Type": "application/merge-patch+json",
             "Accept": "application/json",
