@@ -14,10 +14,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from kinetic_core import registry
 from kinetic_core.errors import ConfigError
 
-BACKENDS = ("local", "kubernetes", "gke")
-STORAGE_SCHEMES = ("file://", "gs://")
+# Derived from the registry: a backend or scheme registered there is valid here.
+BACKENDS = tuple(registry.BACKENDS)
+STORAGE_SCHEMES = tuple(f"{scheme}://" for scheme in registry.STORAGE)
 SECRET_FIELDS = frozenset({"signing_key"})
 DEFAULT_STORAGE = "file://~/.kinetic"
 
@@ -155,7 +157,8 @@ def normalize_storage_uri(uri: str) -> str:
     """Check a storage URI and expand ``~`` in file URIs; raise ConfigError when malformed."""
     if not isinstance(uri, str) or not uri.startswith(STORAGE_SCHEMES):
         raise ConfigError(
-            f"Malformed storage URI {uri!r}: use file:///absolute/path, file://~/dir or "
+            f"Malformed storage URI {uri!r}: use a URI starting with one of "
+            f"{', '.join(STORAGE_SCHEMES)} such as file:///absolute/path, file://~/dir or "
             "gs://bucket/prefix (argument storage= or KINETIC_STORAGE)."
         )
     if uri.startswith("file://"):

@@ -1,17 +1,22 @@
 """Backend protocol: where job processes run. Backends know nothing about payloads or results.
 
 A backend addresses jobs by job id (names derive from it deterministically), so a
-handle read from storage is all any process needs to observe or cancel a job.
+handle read from storage is all any process needs to observe or cancel a job. Each
+backend is a package below this one, listed by name in ``kinetic_core.registry``; a
+failure to reach the backend's service surfaces as ``BackendError``, never as a foreign
+library's exception.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from kinetic_core.config import Target
-from kinetic_core.errors import ConfigError
+from kinetic_core import registry
+
+if TYPE_CHECKING:  # not at run time: the local supervisor imports this package at every job start
+    from kinetic_core.config import Target
 
 Phase = Literal["pending", "running", "exited", "gone", "not_found"]
 
@@ -76,8 +81,9 @@ class Backend(Protocol):
     def delete(self, job_id: str) -> None:
         """Remove backend records (processes, Jobs, log files); absent is fine."""
 
-    def discover(self, selector: dict[str, str]) -> list[str]:
-        """Job ids the backend knows whose labels match ``selector``."""
+    def sleep_until_change(self, job_ids: list[str], timeout: float) -> None:
+        """Sleep up to ``timeout`` seconds; a backend may return early when one of the jobs
+        may have changed (the caller polls next either way)."""
 
 
 _backends: dict[str, Backend] = {}
@@ -100,16 +106,5 @@ def get_backend(target: Target) -> Backend:
     )
     with _lock:
         if key not in _backends:
-            if target.backend == "local":
-                from kinetic_core.backends.local import LocalBackend
-
-                _backends[key] = LocalBackend.from_target(target)
-            elif target.backend in ("kubernetes", "gke"):
-                from kinetic_core.backends.kubernetes import KubernetesBackend
-
-                _backends[key] = KubernetesBackend.from_target(target)
-            else:
-                raise ConfigError(
-                    f"Unknown backend {target.backend!r}; choose local, kubernetes or gke."
-                )
+            _backends[key] = registry.backend_factory(str(target.backend))(target)
         return _backends[key]

@@ -10,6 +10,7 @@ import threading
 from contextlib import AbstractContextManager
 from typing import BinaryIO, Protocol, runtime_checkable
 
+from kinetic_core import registry
 from kinetic_core.errors import ConfigError
 
 
@@ -53,18 +54,14 @@ _lock = threading.Lock()
 def open_storage(uri: str) -> Storage:
     """The Storage for a (normalized) URI, cached per process.
 
-    ``google.cloud`` is imported only for ``gs://`` URIs: the runner must start fast.
+    The scheme's module is imported only when first used (``google.cloud`` only for
+    ``gs://`` URIs): the runner must start fast.
     """
     with _lock:
         if uri not in _cache:
-            if uri.startswith("file://"):
-                from kinetic_core.storage.local import LocalStorage
-
-                _cache[uri] = LocalStorage(uri)
-            elif uri.startswith("gs://"):
-                from kinetic_core.storage.gcs import GCSStorage
-
-                _cache[uri] = GCSStorage(uri)
-            else:
-                raise ConfigError(f"Unsupported storage URI {uri!r}: use file:// or gs://.")
+            scheme, sep, _ = uri.partition("://")
+            if not sep or scheme not in registry.STORAGE:
+                schemes = " or ".join(f"{name}://" for name in registry.STORAGE)
+                raise ConfigError(f"Unsupported storage URI {uri!r}: use {schemes}.")
+            _cache[uri] = registry.storage_factory(scheme)(uri)
         return _cache[uri]

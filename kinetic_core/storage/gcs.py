@@ -1,15 +1,16 @@
 """gs:// storage on Google Cloud Storage with the real ``google-cloud-storage`` client.
 
 Create-only writes use ``if_generation_match=0`` (GCS decides the race atomically); every
-call runs under one transient-error retry policy (``TRANSIENT_RETRY``), with the client's
-own retries disabled so that there is exactly one policy to reason about. This is the only
-module that imports ``google.cloud``: file:// users and the runner never pay for it.
+call runs under the one retry policy of ``kinetic_core.retrying`` with this module's
+``is_transient``, with the client's own retries disabled so that there is exactly one
+policy to reason about, and google errors become the protocol's errors in one place
+(``GCSStorage._call``). This is the only module that imports ``google.cloud``: file://
+users and the runner never pay for it.
 """
 
 from __future__ import annotations
 
 import io
-import logging
 import os
 import secrets
 import tempfile
@@ -23,20 +24,12 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage as gcs
-from tenacity import (
-    before_sleep_log,
-    retry,
-    retry_if_exception,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_random_exponential,
-)
 
 from kinetic_core.errors import StorageError
+from kinetic_core.retrying import transient_retry
 
 __all__ = ["CHUNK_SIZE", "TRANSIENT_RETRY", "GCSStorage", "is_transient"]
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Resumable uploads go in chunks of this size (a multiple of 256 KiB, as GCS requires):
@@ -63,15 +56,8 @@ def is_transient(exc: BaseException) -> bool:
     )
 
 
-# THE retry policy for every GCS call made by this module: exponential backoff with full
-# jitter, bounded both in attempts and in total time. Non-transient errors fail at once.
-TRANSIENT_RETRY = retry(
-    retry=retry_if_exception(is_transient),
-    wait=wait_random_exponential(multiplier=0.2, max=10),
-    stop=stop_after_attempt(8) | stop_after_delay(120),
-    before_sleep=before_sleep_log(log, logging.WARNING),
-    reraise=True,
-)
+# The one retry policy (kinetic_core.retrying), told which GCS errors are transient.
+TRANSIENT_RETRY = transient_retry(is_transient)
 
 
 def make_client() -> gcs.Client:
@@ -124,10 +110,8 @@ class GCSStorage:
         if self._bucket is None:
             with self._lock:
                 if self._bucket is None:
-                    try:
+                    with self._errors(""):
                         self._client = make_client()
-                    except auth_exc.DefaultCredentialsError as exc:
-                        raise _credentials_error(self.uri, exc) from exc
                     self._bucket = self._client.bucket(self.bucket_name)
         if not self._checked:
             # objects.list (not buckets.get) so object-level roles suffice; 404 = no bucket.
@@ -149,13 +133,18 @@ class GCSStorage:
         *,
         missing: Literal["file", "bucket"] = "file",
     ) -> T:
-        """Run ``op`` under TRANSIENT_RETRY and turn GCS errors into the protocol's errors.
+        """Run ``op`` under the retry policy, its errors mapped by ``_errors``."""
+        with self._errors(key, missing=missing):
+            return TRANSIENT_RETRY.copy()(op)
 
-        ``missing`` says what a 404 means for this call. PreconditionFailed passes through:
-        only the create-only caller knows what it means.
+    @contextmanager
+    def _errors(self, key: str, *, missing: Literal["file", "bucket"] = "file") -> Iterator[None]:
+        """THE mapping of google errors to the Storage protocol's errors (StorageError,
+        FileNotFoundError). ``missing`` says what a 404 means for this call.
+        PreconditionFailed passes through: only the create-only caller knows what it means.
         """
         try:
-            return TRANSIENT_RETRY(op)()
+            yield
         except gexc.PreconditionFailed:
             raise
         except gexc.NotFound as exc:
@@ -176,7 +165,7 @@ class GCSStorage:
                 f"GCS request for {self.location(key)} failed: {type(exc).__name__}: {exc}"
                 + (" (gave up after retrying)" if is_transient(exc) else "")
             ) from exc
-        except auth_exc.GoogleAuthError as exc:  # refresh failed, no usable credentials...
+        except auth_exc.GoogleAuthError as exc:  # no credentials, refresh failed...
             raise _credentials_error(self.uri, exc) from exc
 
     # ---- reads ----------------------------------------------------------------------------

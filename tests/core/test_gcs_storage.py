@@ -194,6 +194,30 @@ def test_transient_errors_are_retried(gcs_emulator: GCSEmulator, store: GCSStora
     assert gcs_emulator.injected == 2
 
 
+def test_transient_errors_that_outlast_the_policy_are_storage_errors(
+    gcs_emulator: GCSEmulator, store: GCSStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The google exception never escapes: one mapping turns it into a KineticError."""
+    from tenacity import stop_after_attempt, wait_none
+
+    import kinetic_core.storage.gcs as gcs_module
+
+    shortened = gcs_module.TRANSIENT_RETRY.copy(stop=stop_after_attempt(3), wait=wait_none())
+    monkeypatch.setattr(gcs_module, "TRANSIENT_RETRY", shortened)
+    store.exists("warm-up")
+    for call in (
+        lambda: store.read_bytes("k"),
+        lambda: store.write_bytes("k", b"v"),
+        lambda: store.list_names("jobs"),
+    ):
+        gcs_emulator.fail_next(10, 503, match=_scope(store))
+        with pytest.raises(StorageError, match=r"503.*gave up after retrying") as info:
+            call()
+        assert isinstance(info.value, kinetic_core.KineticError)
+        assert gcs_emulator.injected == 3  # the policy's attempts, then it gave up
+    gcs_emulator.fail_next(0)
+
+
 def test_non_transient_errors_fail_at_once(gcs_emulator: GCSEmulator, store: GCSStorage) -> None:
     store.exists("warm-up")
     gcs_emulator.fail_next(5, 400, match=_scope(store))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import zygote
+from kinetic_core.backends.local import zygote
 from tests.core import jobfns
 
 ROOT = Path(__file__).resolve().parents[2]

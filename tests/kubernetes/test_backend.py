@@ -52,7 +52,7 @@ def _get(backend: KubernetesBackend, kind: str, name: str) -> dict[str, Any] | N
     from kinetic_core.backends.kubernetes import KubeApiError
 
     try:
-        return backend._call("GET", backend._ns(kind, name))  # type: ignore[no-any-return]
+        return backend.client.call("GET", backend.client.ns(kind, name))  # type: ignore[no-any-return]
     except KubeApiError as exc:
         if exc.status == 404:
             return None
@@ -60,9 +60,13 @@ def _get(backend: KubernetesBackend, kind: str, name: str) -> dict[str, Any] | N
 
 
 def _pods(backend: KubernetesBackend, job_id: str) -> list[dict[str, Any]]:
-    return backend._call(
-        "GET", backend._ns("pods"), query={"labelSelector": f"kinetic/job-id={job_id}"}
-    )["items"]  # type: ignore[no-any-return]
+    return _list(backend, "pods", job_id)
+
+
+def _list(backend: KubernetesBackend, kind: str, job_id: str) -> list[dict[str, Any]]:
+    return backend.client.call(  # type: ignore[no-any-return]
+        "GET", backend.client.ns(kind), query={"labelSelector": f"kinetic/job-id={job_id}"}
+    )["items"]
 
 
 def test_round_trip_file_storage(kube: kc.Target) -> None:
@@ -125,7 +129,8 @@ def test_idempotent_launch_one_job(kube: kc.Target) -> None:
     backend = _backend(kube)
     # Launching the same spec again is a no-op, not an error.
     backend.launch(LaunchSpec(job_id=a.job_id, storage_uri=a.storage, target=kube.resolve()))
-    assert backend.discover({"kinetic/job-id": a.job_id}) == [a.job_id]
+    jobs = _list(backend, "jobs", a.job_id)
+    assert [j["metadata"]["name"] for j in jobs] == [job_name(a.job_id)]
     assert a.wait(timeout=120).status is kc.JobStatus.SUCCEEDED
 
 
@@ -241,9 +246,9 @@ def test_reasons_from_pod_status_written_through_the_api(kube: kc.Target) -> Non
 
 
 def _patch_status(backend: KubernetesBackend, pod: str, status: dict[str, Any]) -> None:
-    params = backend.api.param_serialize(
+    params = backend.client.api.param_serialize(
         method="PATCH",
-        resource_path=backend._ns("pods", pod) + "/status",
+        resource_path=backend.client.ns("pods", pod) + "/status",
         header_params={
             "Content-Type": "application/merge-patch+json",
             "Accept": "application/json",
@@ -251,7 +256,7 @@ def _patch_status(backend: KubernetesBackend, pod: str, status: dict[str, Any]) 
         body={"status": status},
         auth_settings=["BearerToken"],
     )
-    response = backend.api.call_api(*params)
+    response = backend.client.api.call_api(*params)
     assert response.status < 300, response.read()
 
 

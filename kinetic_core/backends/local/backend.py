@@ -1,4 +1,4 @@
-"""local backend: each job is a detached supervisor process on this machine.
+"""The local backend: each job is a detached supervisor process on this machine.
 
 Per job, ``{local_dir}/{job_id}/`` holds ``launch.json`` (supervisor pid and process
 start time, written by the submitter), ``output.log`` (stdout+stderr) and ``exit.json``
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kinetic_core import zygote
 from kinetic_core.backends import BackendState, LaunchSpec
+from kinetic_core.backends.local import zygote
 from kinetic_core.config import Target
 from kinetic_core.errors import SubmissionError
 from kinetic_core.procs import process_alive, start_ticks
@@ -104,7 +104,7 @@ class LocalBackend:
         """Start the supervisor in a fresh interpreter (when no zygote is usable)."""
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "kinetic_core.supervisor", *argv],
+                [sys.executable, "-m", "kinetic_core.backends.local.supervisor", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -236,18 +236,6 @@ class LocalBackend:
         self.cancel(job_id)
         self._launch_cache.pop(job_id, None)
         shutil.rmtree(self._dir(job_id), ignore_errors=True)
-
-    def discover(self, selector: dict[str, str]) -> list[str]:
-        try:
-            names = sorted(os.listdir(self.local_dir))
-        except FileNotFoundError:
-            return []
-        found = []
-        for job_id in names:
-            labels = (self._launch_record(job_id) or {}).get("labels", {})
-            if all(labels.get(k) == v for k, v in selector.items()):
-                found.append(job_id)
-        return found
 
 
 def _tail(fh: Any, lines: int) -> str:

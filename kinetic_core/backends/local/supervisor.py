@@ -3,8 +3,9 @@
 It forks the runner (no second interpreter start), enforces ``life_span``, forwards
 SIGTERM with a grace period before SIGKILL, and always records how the runner ended in
 ``exit.json``, even when the runner was killed. Usage (internal):
-``python -m kinetic_core.supervisor JOB_DIR LIFE_SPAN --storage URI --job-id ID``
-Its imports stay stdlib-only: it is on the critical path of every local job.
+``python -m kinetic_core.backends.local.supervisor JOB_DIR LIFE_SPAN --storage URI --job-id ID``
+Its imports stay stdlib-only (and its package's ``__init__`` loads the backend lazily):
+it is on the critical path of every local job.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ already imported the runner costs ~1 ms. One zygote runs per user, Python execut
 kinetic_core version, listening on a unix socket in a private (0700) directory; it exits
 after ``IDLE_SECONDS`` without requests. Each forked child becomes a session leader,
 switches to the submitter's environment, working directory and log file, and runs the
-supervisor exactly as ``python -m kinetic_core.supervisor`` would.
+supervisor exactly as ``python -m kinetic_core.backends.local.supervisor`` would.
 
 Set ``KINETIC_LOCAL_ZYGOTE=0`` to start every job in a fresh interpreter instead.
 """
@@ -25,6 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+# kinetic_core's own folder (three levels up from kinetic_core/backends/local/zygote.py).
+PACKAGE = Path(__file__).resolve().parents[2]
 IDLE_SECONDS = 300.0
 START_TIMEOUT = 15.0
 REPLY_TIMEOUT = 30.0
@@ -40,9 +42,8 @@ def _version_fingerprint() -> str:
     """Executable + kinetic_core source state: edited code never runs in an old zygote."""
     global _fingerprint
     if _fingerprint is None:
-        package = Path(__file__).resolve().parent
-        mtimes = sorted(p.stat().st_mtime_ns for p in package.rglob("*.py"))
-        raw = f"{sys.executable}|{package}|{mtimes[-1] if mtimes else 0}|{len(mtimes)}"
+        mtimes = sorted(p.stat().st_mtime_ns for p in PACKAGE.rglob("*.py"))
+        raw = f"{sys.executable}|{PACKAGE}|{mtimes[-1] if mtimes else 0}|{len(mtimes)}"
         _fingerprint = hashlib.sha256(raw.encode()).hexdigest()[:16]
     return _fingerprint
 
@@ -98,7 +99,7 @@ def _start(path: str) -> bool:
         [
             sys.executable,
             "-c",
-            f"from kinetic_core.zygote import serve; serve({path!r}, {IDLE_SECONDS})",
+            f"from {__name__} import serve; serve({path!r}, {IDLE_SECONDS})",
         ],
         cwd="/",  # hold no submitter's directory; each job chdirs to its own
         stdin=subprocess.DEVNULL,
@@ -118,7 +119,7 @@ def _start(path: str) -> bool:
 
 def _package_root() -> str:
     """Where kinetic_core itself is imported from (the zygote needs nothing else)."""
-    return str(Path(__file__).resolve().parent.parent)
+    return str(PACKAGE.parent)
 
 
 def _read_line(conn: socket.socket) -> bytes:
@@ -136,7 +137,7 @@ def _read_line(conn: socket.socket) -> bytes:
 
 def serve(path: str, idle: float) -> None:
     import kinetic_core.runner  # noqa: F401  (preloaded: every job needs it)
-    from kinetic_core import supervisor
+    from kinetic_core.backends.local import supervisor
 
     # Jobs put their submitter's sys.path first (KINETIC_SYS_PATH); the zygote's own
     # working-directory entry goes, so it never shadows a later job's modules.

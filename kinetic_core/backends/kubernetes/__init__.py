@@ -1,0 +1,60 @@
+"""The kubernetes / gke backend: one ``batch/v1`` Job per kinetic job (see ``backend.py``).
+
+Names load lazily, so ``job_state`` or the accelerator catalogue can be used without
+importing the Kubernetes client library (which costs seconds).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_PACKAGE = "kinetic_core.backends.kubernetes"
+_EXPORTS = {
+    "KubernetesBackend": "backend",
+    "LOG_CHUNK_LINES": "backend",
+    "KubeApiError": "client",
+    "KubeClient": "client",
+    "USER_AGENT": "client",
+    "DEFAULT_NAMESPACE": "client",
+    "ACCELERATORS": "accelerators",
+    "accelerator_spec": "accelerators",
+    "DEFAULT_IMAGE": "manifest",
+    "job_name": "manifest",
+    "job_manifest": "manifest",
+    "job_state": "states",
+}
+__all__ = [
+    "ACCELERATORS",
+    "DEFAULT_IMAGE",
+    "DEFAULT_NAMESPACE",
+    "LOG_CHUNK_LINES",
+    "USER_AGENT",
+    "KubeApiError",
+    "KubeClient",
+    "KubernetesBackend",
+    "accelerator_spec",
+    "job_manifest",
+    "job_name",
+    "job_state",
+]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{_PACKAGE}.{module}"), name)
+
+
+if TYPE_CHECKING:
+    from kinetic_core.backends.kubernetes.accelerators import ACCELERATORS, accelerator_spec
+    from kinetic_core.backends.kubernetes.backend import LOG_CHUNK_LINES, KubernetesBackend
+    from kinetic_core.backends.kubernetes.client import (
+        DEFAULT_NAMESPACE,
+        USER_AGENT,
+        KubeApiError,
+        KubeClient,
+    )
+    from kinetic_core.backends.kubernetes.manifest import DEFAULT_IMAGE, job_manifest, job_name
+    from kinetic_core.backends.kubernetes.states import job_state

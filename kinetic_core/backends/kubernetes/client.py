@@ -1,0 +1,188 @@
+"""The Kubernetes API as plain JSON calls, under the one retry policy, with THE mapping of its
+errors to kinetic's.
+
+Requests go through the official client's transport (kubeconfig, in-cluster, auth, TLS).
+Nothing foreign leaves ``KubeClient.call``: HTTP errors become ``KubeApiError`` (a
+``BackendError`` carrying the status, so callers can branch on 404/409), rejected
+credentials become ``ConfigError`` and a transport failure that outlived the retries
+becomes ``BackendError``, all in ``api_errors``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+# Fail at import, not at the first call, when the extra is missing: the registry then
+# names the extra to install. (``kubernetes`` itself loads lazily: it costs seconds.)
+if importlib.util.find_spec("kubernetes") is None:
+    raise ModuleNotFoundError("No module named 'kubernetes'", name="kubernetes")
+
+import urllib3
+
+from kinetic_core.config import Target
+from kinetic_core.errors import BackendError, ConfigError, KineticError
+from kinetic_core.retrying import transient_retry
+
+USER_AGENT = "kinetic-workflows/0.1.0"
+DEFAULT_NAMESPACE = "default"
+REQUEST_TIMEOUT = 30
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class KubeApiError(BackendError):
+    """The API server answered with an HTTP error; ``status`` says which."""
+
+    def __init__(self, status: int, body: str, what: str) -> None:
+        self.body = body
+        try:
+            self.reason = json.loads(body).get("message", body)
+        except (ValueError, AttributeError):
+            self.reason = body
+        super().__init__(
+            f"{what}: HTTP {status}: {self.reason}",
+            status=status,
+            transient=status in TRANSIENT_STATUS,
+        )
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors worth retrying: throttling, server errors, dropped connections, timeouts."""
+    if isinstance(exc, KubeApiError):
+        return exc.transient
+    from kubernetes.client.exceptions import ApiException  # loaded already: it raised
+
+    if isinstance(exc, ApiException):  # the client's own Retry-After answer, or TLS (status 0)
+        return exc.status in TRANSIENT_STATUS
+    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
+# The one retry policy (kinetic_core.retrying), told which Kubernetes errors are transient.
+API_RETRY = transient_retry(is_transient)
+
+
+def _foreign_errors() -> tuple[type[BaseException], ...]:
+    """What the transport may raise (looked up only when an error is being handled)."""
+    from kubernetes.client.exceptions import OpenApiException
+
+    return (urllib3.exceptions.HTTPError, OpenApiException, OSError)
+
+
+@contextmanager
+def api_errors(what: str) -> Iterator[None]:
+    """THE boundary: any transport error becomes a BackendError naming the request."""
+    try:
+        yield
+    except KineticError:
+        raise
+    except _foreign_errors() as exc:
+        transient = is_transient(exc)
+        raise BackendError(
+            f"Kubernetes API request {what} failed: {type(exc).__name__}: {exc}"
+            + (" (gave up after retrying)" if transient else ""),
+            status=getattr(exc, "status", None) or None,
+            transient=transient,
+        ) from exc
+
+
+class KubeClient:
+    """One namespace of one cluster (kubeconfig context or in-cluster), loaded lazily."""
+
+    def __init__(self, target: Target) -> None:
+        self.namespace = target.namespace or DEFAULT_NAMESPACE
+        self.context = target.kube_context
+        self.in_cluster = bool(target.in_cluster)
+        self._api: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def where(self) -> str:
+        return "in-cluster" if self.in_cluster else (self.context or "current-context")
+
+    @property
+    def api(self) -> Any:
+        """The official ApiClient, built on first use (credentials are read then)."""
+        with self._lock:
+            if self._api is None:
+                from kubernetes import client, config
+
+                try:
+                    if self.in_cluster:
+                        cfg = client.Configuration()
+                        config.load_incluster_config(client_configuration=cfg)
+                        self._api = client.ApiClient(cfg)
+                    else:  # KUBECONFIG read now, not when the client module was imported
+                        self._api = config.new_client_from_config(
+                            config_file=os.environ.get("KUBECONFIG", "~/.kube/config").split(
+                                os.pathsep
+                            )[0],
+                            context=self.context,
+                        )
+                    self._api.user_agent = USER_AGENT
+                except Exception as exc:
+                    where = "in-cluster" if self.in_cluster else f"context {self.where}"
+                    raise ConfigError(
+                        f"Cannot load Kubernetes credentials ({where}): {exc}. "
+                        "Check KUBECONFIG / kube_context, or set in_cluster=True inside a pod."
+                    ) from exc
+            return self._api
+
+    def ns(self, kind: str, name: str | None = None) -> str:
+        """The API path of ``kind`` (jobs, pods, secrets) in this namespace."""
+        group = "/apis/batch/v1" if kind == "jobs" else "/api/v1"
+        return f"{group}/namespaces/{self.namespace}/{kind}" + (f"/{name}" if name else "")
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        what: str = "",
+        raw: bool = False,
+        content_type: str = "application/json",
+    ) -> Any:
+        """One request under the retry policy: parsed JSON (or text with ``raw``)."""
+        what = what or f"{method} {path}"
+        with api_errors(what):
+            return API_RETRY.copy()(
+                self._request, method, path, query, body, what, raw, content_type
+            )
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None,
+        body: Any,
+        what: str,
+        raw: bool,
+        content_type: str,
+    ) -> Any:
+        params = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
+        data = response.read()
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
+        if response.status in (401, 403):
+            raise ConfigError(
+                f"Kubernetes rejected the credentials of context {self.context or 'current-context'} "
+                f"(HTTP {response.status}) for {method} {path}: refresh them (e.g. `gcloud container "
+                "clusters get-credentials …`) or grant the service account access to Jobs, Pods, "
+                f"pods/log and Secrets in namespace {self.namespace}."
+            )
+        if response.status >= 400:
+            raise KubeApiError(response.status, text, what)
+        return text if raw else (json.loads(text) if text else {})

@@ -1,0 +1,145 @@
+"""What kinetic asks Kubernetes for: the ``batch/v1`` Job (and signing-key Secret) of one job.
+
+Jobs are named deterministically from the job id and labelled ``app=kinetic`` and
+``kinetic/job-id``; ``backoffLimit: 0`` because retries belong to the orchestrator;
+``activeDeadlineSeconds`` comes from ``life_span``. The signing key reaches the runner
+through the Secret, never through the Job spec.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+from kinetic_core.backends import LaunchSpec
+from kinetic_core.backends.kubernetes.accelerators import accelerator_spec
+
+DEFAULT_IMAGE = "kinetic-workflows-runner:0.1.0"
+TTL_AFTER_FINISHED = 24 * 3600
+SPOT_LABEL = "cloud.google.com/gke-spot"
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_KEY = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def job_name(job_id: str) -> str:
+    """Deterministic Job name (a DNS-1123 label of at most 63 characters)."""
+    name = f"kinetic-{job_id}"
+    return (
+        name if len(name) <= 63 else f"kinetic-{hashlib.sha256(job_id.encode()).hexdigest()[:20]}"
+    )
+
+
+def valid_labels(raw: dict[str, str]) -> dict[str, str]:
+    """Keep the tags that are valid Kubernetes labels (all tags also go into annotations)."""
+    return {
+        k: v
+        for k, v in raw.items()
+        if _LABEL_KEY.match(k) and len(v) <= 63 and _LABEL_VALUE.match(v)
+    }
+
+
+def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
+    """The Job for ``spec``: catalogue accelerator, spot, resources, labels, deadline."""
+    t = spec.target
+    selector, extended, tolerations = accelerator_spec(t.accelerator)
+    if t.spot:
+        selector[SPOT_LABEL] = "true"
+        tolerations.append(
+            {"key": SPOT_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+        )
+    selector.update(t.node_selector or {})
+    tolerations.extend(t.tolerations or [])
+    requests: dict[str, Any] = dict((t.resources or {}).get("requests", {}))
+    limits: dict[str, Any] = dict((t.resources or {}).get("limits", {}))
+    for key in ("cpu", "memory", "ephemeral-storage"):
+        if key in (t.resources or {}):
+            requests.setdefault(key, t.resources[key])  # type: ignore[index]
+            limits.setdefault(key, t.resources[key])  # type: ignore[index]
+    for key, count in extended.items():
+        requests[key] = limits[key] = str(count)
+    labels = {
+        **valid_labels({**spec.labels, **(t.labels or {})}),
+        "app": "kinetic",
+        "kinetic/job-id": spec.job_id,
+    }
+    env: list[dict[str, Any]] = [{"name": "KINETIC_JOB_ID", "value": spec.job_id}]
+    if t.signing_key:
+        env.append(
+            {
+                "name": "KINETIC_SIGNING_KEY",
+                "valueFrom": {
+                    "secretKeyRef": {"name": job_name(spec.job_id), "key": "signing-key"}
+                },
+            }
+        )
+    if t.project:
+        env.append({"name": "GOOGLE_CLOUD_PROJECT", "value": t.project})
+    container: dict[str, Any] = {
+        "name": "runner",
+        "image": t.image or DEFAULT_IMAGE,
+        "command": ["python", *spec.runner_args()],
+        "env": env,
+        "resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v},
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        **({"nodeSelector": selector} if selector else {}),
+        **({"tolerations": tolerations} if tolerations else {}),
+        **({"serviceAccountName": t.service_account} if t.service_account else {}),
+    }
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+    }
+    if t.life_span:
+        job_spec["activeDeadlineSeconds"] = math.ceil(t.life_span)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(spec.job_id),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {
+                **(t.annotations or {}),
+                "kinetic/tags": json.dumps(spec.labels),
+                "kinetic/storage": spec.storage_uri,
+            },
+        },
+        "spec": job_spec,
+    }
+
+
+def secret_manifest(spec: LaunchSpec) -> dict[str, Any]:
+    """The Secret holding the signing key; named like the Job, which comes to own it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": job_name(spec.job_id),
+            "labels": {"app": "kinetic", "kinetic/job-id": spec.job_id},
+        },
+        "data": {
+            "signing-key": base64.b64encode((spec.target.signing_key or "").encode()).decode()
+        },
+    }
+
+
+def owner_patch(name: str, job: dict[str, Any]) -> dict[str, Any]:
+    """Merge patch making Job ``name`` (as the API returned it) own a resource."""
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": name,
+        "uid": job["metadata"]["uid"],
+        "blockOwnerDeletion": False,
+    }
+    return {"metadata": {"ownerReferences": [owner]}}

@@ -1,0 +1,27 @@
+"""The local backend: detached supervisor processes on this machine (see ``backend.py``).
+
+Names load lazily: ``python -m kinetic_core.backends.local.supervisor`` starts every local
+job and must not pay for the backend module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS = {
+    "LocalBackend": "kinetic_core.backends.local.backend",
+    "default_local_dir": "kinetic_core.backends.local.backend",
+}
+__all__ = ["LocalBackend", "default_local_dir"]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+if TYPE_CHECKING:
+    from kinetic_core.backends.local.backend import LocalBackend, default_local_dir

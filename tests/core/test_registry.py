@@ -1,0 +1,104 @@
+"""The registry: every backend and storage scheme by name, loaded lazily, with clear errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kinetic_core as kc
+from kinetic_core import config, registry
+from kinetic_core.backends import Backend, get_backend
+from kinetic_core.storage import open_storage
+
+
+class FakeBackend:
+    """Stands for a backend added with one registry line."""
+
+    def __init__(self, target: kc.Target) -> None:
+        self.target = target
+
+    @classmethod
+    def from_target(cls, target: kc.Target) -> FakeBackend:
+        return cls(target)
+
+
+def test_importing_the_registry_imports_no_backend_and_no_client_library() -> None:
+    code = (
+        "import sys, kinetic_core.registry, kinetic_core.config; "
+        "print(sorted(m for m in sys.modules if m.startswith(('google', 'kubernetes', "
+        "'kinetic_core.backends', 'kinetic_core.storage'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_config_validation_lists_come_from_the_registry() -> None:
+    assert config.BACKENDS == tuple(registry.BACKENDS) == ("local", "kubernetes", "gke")
+    assert config.STORAGE_SCHEMES == ("file://", "gs://")
+
+
+def test_unknown_names_are_config_errors_listing_the_valid_ones(tmp_path: Path) -> None:
+    target = kc.Target(backend="slurm", storage=f"file://{tmp_path}")
+    with pytest.raises(kc.ConfigError, match=r"Unknown backend 'slurm'; choose one of local, kube"):
+        get_backend(target)
+    with pytest.raises(
+        kc.ConfigError, match=r"Unknown storage scheme 's3'; choose one of file, gs"
+    ):
+        registry.storage_factory("s3")
+    with pytest.raises(
+        kc.ConfigError, match=r"Unsupported storage URI 's3://b': use file:// or gs://"
+    ):
+        open_storage("s3://b")
+
+
+def test_a_registry_line_is_all_a_new_backend_needs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(registry.BACKENDS, "fake", f"{__name__}:FakeBackend.from_target")
+    target = kc.Target(backend="fake", storage=f"file://{tmp_path}")
+    backend: Any = get_backend(target)
+    assert isinstance(backend, FakeBackend) and backend.target is target
+
+
+def test_missing_gcs_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "google.cloud.storage", None)  # type: ignore[arg-type]
+    if "google.cloud" in sys.modules:  # else `from google.cloud import storage` finds it anyway
+        monkeypatch.delattr(sys.modules["google.cloud"], "storage", raising=False)
+    monkeypatch.delitem(sys.modules, "kinetic_core.storage.gcs", raising=False)
+    with pytest.raises(kc.ConfigError, match=r"pip install 'kinetic-workflows\[gcs\]'"):
+        open_storage("gs://no-extra-bucket/prefix")
+
+
+def test_missing_kubernetes_extra_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # type: ignore[arg-type]
+    for module in list(sys.modules):
+        if module.startswith("kinetic_core.backends.kubernetes."):
+            monkeypatch.delitem(sys.modules, module)
+    target = kc.Target(backend="gke", storage=f"file://{tmp_path}", namespace="no-extra")
+    with pytest.raises(kc.ConfigError, match=r"pip install 'kinetic-workflows\[kubernetes\]'"):
+        get_backend(target)
+
+
+def test_an_import_error_inside_kinetic_is_not_blamed_on_an_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(registry.STORAGE, "broken", "kinetic_core.no_such_module:Storage")
+    with pytest.raises(ImportError, match="no_such_module"):
+        registry.storage_factory("broken")
+
+
+@pytest.mark.parametrize("name", sorted(registry.BACKENDS))
+def test_every_registered_backend_implements_the_protocol(name: str, tmp_path: Path) -> None:
+    """Including ``sleep_until_change``; ``discover`` is gone from the protocol."""
+    target = kc.Target(backend=name, storage=f"file://{tmp_path}").resolve(environ={})
+    backend = registry.backend_factory(name)(target)  # builds no API client yet
+    assert isinstance(backend, Backend)
+    assert callable(backend.sleep_until_change)
+    assert not hasattr(backend, "discover")
+    backend.sleep_until_change([], 0.01)
