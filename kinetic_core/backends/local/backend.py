@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import kinetic_core.backends.local.zygote as zygote
 from kinetic_core.backends import BackendState, LaunchSpec
-from kinetic_core.backends.local import zygote
 from kinetic_core.config import Target
 from kinetic_core.errors import SubmissionError
 from kinetic_core.procs import process_alive, start_ticks

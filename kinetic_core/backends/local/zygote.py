@@ -136,8 +136,8 @@ def _read_line(conn: socket.socket) -> bytes:
 
 
 def serve(path: str, idle: float) -> None:
+    import kinetic_core.backends.local.supervisor as supervisor
     import kinetic_core.runner  # noqa: F401  (preloaded: every job needs it)
-    from kinetic_core.backends.local import supervisor
 
     # Jobs put their submitter's sys.path first (KINETIC_SYS_PATH); the zygote's own
     # working-directory entry goes, so it never shadows a later job's modules.
