@@ -135,7 +135,7 @@ def test_aas_completed_timeout_is_wait_timeout(storage_uri: str) -> None:
     with pytest.raises(kc.WaitTimeout, match="keeps running"):
         asyncio.run(drain())
     asyncio.run(batch.acancel())
-    assert batch.statuses() == [kc.ChildStatus.CANCELLED]
+    assert batch.wait(timeout=30) == [kc.ChildStatus.CANCELLED]
 
 
 @pytest.mark.timeout(60)
