@@ -55,7 +55,7 @@ def test_afollow_logs_stops_when_until_says_so_and_leaves_the_job_running(
     assert stream.stopped and stream.state is None and len(asked) == 3
     assert job.status() is kc.JobStatus.RUNNING
     assert asyncio.run(job.acancel()) is True
-    assert job.state().status is kc.JobStatus.CANCELLED
+    assert job.wait(timeout=30).status is kc.JobStatus.CANCELLED
     assert asyncio.run(job.acancel()) is False  # already final
 
 
