@@ -5,10 +5,13 @@ Stdlib only: the local supervisor and the runner import it on every job start.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def start_ticks(pid: int) -> int | None:
@@ -78,6 +81,40 @@ def kill_group_members(pgid: int) -> None:
             pass
 
 
+def reap_descendants() -> None:
+    """SIGKILL and reap every process left below the caller: as a subreaper
+    (``adopt_orphans``) it adopts the orphans of its dead children. One read of
+    /proc/self/.../children per generation; a group scan where that file is missing."""
+    path = f"/proc/{os.getpid()}/task/{os.getpid()}/children"
+    for _ in range(16):  # generations: killing a child orphans its children to us
+        try:
+            with open(path) as fh:
+                kids = [int(p) for p in fh.read().split()]
+        except OSError:
+            kill_group_members(os.getpgrp())
+            return
+        if not kids:
+            return
+        for pid in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in kids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def wait_exit(pid: int, timeout: float) -> None:
+    """Block until ``pid`` exits or ``timeout`` passes (a pidfd; no polling)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+
+
 def stdout_of(pid: int) -> str | None:
     """The path the process's stdout points at (a local job's supervisor: its log)."""
     try:
@@ -86,15 +123,23 @@ def stdout_of(pid: int) -> str | None:
         return None
 
 
-def die_with_parent(parent: int) -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies (Linux), then make sure
-    the parent did not die before the request took effect."""
+def _prctl(option: int, value: int) -> None:
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
-        pass
+        pass  # not Linux: best effort
+
+
+def die_with_parent(parent: int) -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux), then make sure
+    the parent did not die before the request took effect."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(137)
+
+
+def adopt_orphans() -> None:
+    """Become the parent of this process's orphaned descendants (a child subreaper)."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)

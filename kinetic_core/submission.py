@@ -153,8 +153,7 @@ class _Submission:
         # so a job whose submitter dies half-way is known dead at once (other backends:
         # nothing to mark).
         submitting = getattr(backend, "submitting", None)
-        marked = submitting(job_id) if submitting else contextlib.nullcontext()
-        with marked:
+        with contextlib.ExitStack() as marked:
             try:
                 # The payload streams to a staging file; the create-only handle.json is the lock
                 # that decides this attempt; the payload is published only if we won it.
@@ -169,6 +168,8 @@ class _Submission:
                         signing_key=self.target.signing_key,
                         by_value=self.by_value,
                     )
+                    if submitting:  # before the handle exists, after storage proved writable
+                        marked.enter_context(submitting(job_id))
                     storage.write_bytes(
                         layout.job_file(job_id, layout.HANDLE),
                         handle.to_json().encode(),

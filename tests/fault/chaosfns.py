@@ -6,9 +6,10 @@ import os
 import time
 
 
-def trace(path: str, seconds: float, value: int) -> int:
-    """Append this run's pid to ``path`` (one line per run), sleep, return ``value``."""
-    with open(path, "a") as fh:
+def trace(directory: str, seconds: float, value: int) -> int:
+    """Append this run's pid to a file named after the job (one line per run), sleep,
+    return ``value``."""
+    with open(os.path.join(directory, os.environ["KINETIC_JOB_ID"]), "a") as fh:
         fh.write(f"{os.getpid()}\n")
     time.sleep(seconds)
     return value

@@ -132,6 +132,7 @@ def test_submitter_killed_right_after_the_fork_leaves_a_true_state(
     (and reads terminal, with no process left) or runs, reads live and can be cancelled;
     a keyed resubmit never runs beside it."""
     trace = tmp_path / "runs"
+    trace.mkdir()
     out = _run_script(
         f"""
         import os, signal
@@ -150,9 +151,10 @@ def test_submitter_killed_right_after_the_fork_leaves_a_true_state(
     )
     assert out.returncode == -signal.SIGKILL, out.stderr
     (job,) = kc.list_jobs()
-    _wait_for(lambda: trace.exists() or job.state().terminal, "the job to run or settle")
-    if trace.exists():
-        (runner,) = chaosfns.runs(str(trace))
+    ran = trace / job.job_id
+    _wait_for(lambda: ran.exists() or job.state().terminal, "the job to run or settle")
+    if ran.exists():
+        (runner,) = chaosfns.runs(str(ran))
         assert not job.state().terminal  # its runner lives: neither FAILED nor Lost
         assert job.cancel() is True
         _wait_for(lambda: not _pid_alive(runner), "cancel() to stop the runner", timeout=20)
@@ -165,7 +167,8 @@ def test_submitter_killed_right_after_the_fork_leaves_a_true_state(
     assert not process_alive(launch["pid"], launch["start_ticks"])
     retry = kc.submit(chaosfns.trace, (str(trace), 0, 2), idempotency_key="forked")
     assert retry.attempt == 2 and retry.result(timeout=60) == 2
-    assert len(chaosfns.runs(str(trace))) == 1  # attempt 1 never ran
+    assert len(chaosfns.runs(str(trace / retry.job_id))) == 1
+    assert not ran.exists()  # attempt 1 never ran
     assert kc.attach(job.job_id).state().status is kc.JobStatus.FAILED  # and never flips
 
 
@@ -326,3 +329,51 @@ def test_module_in_the_working_directory_is_importable(
         timeout=120,
     )
     assert out.stdout.strip() == "42", out.stderr
+
+
+def test_submit_that_raises_never_runs_the_function(
+    storage_uri: str, tmp_path: Path, private_zygote: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor was forked, then its answer was lost: submit raises, nothing runs."""
+    traces = tmp_path / "runs"
+    traces.mkdir()
+    forked: list[int] = []
+    name = "read_line" if hasattr(zygote, "read_line") else "_read_line"
+    real = getattr(zygote, name)
+
+    def answer_lost(conn: socket.socket) -> bytes:
+        forked.append(int(real(conn)))
+        raise ConnectionResetError("connection lost")
+
+    monkeypatch.setattr(zygote, name, answer_lost)
+    with pytest.raises(kc.SubmissionError):
+        kc.submit(chaosfns.trace, (str(traces), 0, 1), idempotency_key="lost")
+    (supervisor,) = forked
+    _wait_for(lambda: not _pid_alive(supervisor), "the forked supervisor to be gone", 20)
+    assert list(traces.iterdir()) == []  # the function never ran
+    monkeypatch.setattr(zygote, name, real)
+    job = kc.submit(chaosfns.trace, (str(traces), 0, 2), idempotency_key="lost")
+    assert job.result(timeout=60) == 2
+    assert [p.name for p in traces.iterdir()] == [job.job_id]
+
+
+def test_signed_launch_record_refuses_a_forgery(
+    storage_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KINETIC_SIGNING_KEY", "s3cret")
+    pid_file = tmp_path / "pid"
+    job = kc.submit(jobfns.pid_then_sleep, (str(pid_file), 60))
+    _wait_for(pid_file.exists, "the job to write its pid")
+    store = Path(storage_uri[len("file://") :])
+    launch_file = store / "backend-local" / job.job_id / "launch.json"
+    real = json.loads(launch_file.read_text())
+    assert real["hmac"] and real["job_id"] == job.job_id
+    launch_file.write_text(json.dumps({**real, "launched_at": real["launched_at"] - 1}))
+    try:
+        fresh = kc.attach(job.job_id)
+        state = fresh.state()
+        assert "refused" in (state.message or "") and "signature" in (state.message or "")
+        fresh.cancel()
+        assert _pid_alive(int(pid_file.read_text()))  # the refused record signalled nothing
+    finally:
+        os.killpg(real["pid"], signal.SIGKILL)

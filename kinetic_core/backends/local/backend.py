@@ -25,18 +25,19 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kinetic_core.backends.local.launch_record as launch_record
 import kinetic_core.backends.local.zygote as zygote
 from kinetic_core import layout
 from kinetic_core.backends import BackendState, LaunchSpec
-from kinetic_core.backends.local import launch_record
 from kinetic_core.config import Target
 from kinetic_core.errors import SubmissionError
 from kinetic_core.ids import validate_id
-from kinetic_core.procs import group_members, process_alive, start_ticks, stdout_of
+from kinetic_core.procs import group_members, process_alive, start_ticks, stdout_of, wait_exit
 from kinetic_core.storage import open_storage
 
 LOG_CHUNK = 1 << 20
@@ -46,6 +47,7 @@ EARLY_WAKE_MAX = 8
 SUBMITTING = ".submitting"
 # A job directory this young without a launch record may be a supervisor mid-fork.
 STARTUP_GRACE = 10.0
+CANCEL_WAIT = 1.0
 
 
 def default_local_dir(target: Target) -> str:
@@ -70,6 +72,15 @@ def _owns(launch: dict[str, Any], log_path: Path) -> bool:
     return target == os.path.realpath(log_path)
 
 
+def _ending(launch: dict[str, Any]) -> bool:
+    """Is the supervisor still alive after recording the exit? It exits right after,
+    so wait briefly: a job reads terminal only once none of its processes is left."""
+    if not process_alive(launch["pid"], launch.get("start_ticks")):
+        return False
+    wait_exit(launch["pid"], CANCEL_WAIT)
+    return process_alive(launch["pid"], launch.get("start_ticks"))
+
+
 def _read_chunk(fh: Any, offset: int) -> bytes:
     fh.seek(offset)
     data = fh.read(LOG_CHUNK)
@@ -91,7 +102,9 @@ class LocalBackend:
 
     @classmethod
     def from_target(cls, target: Target) -> LocalBackend:
-        return cls(default_local_dir(target), target.storage, target.signing_key)
+        # A handle's target carries no secret: readers verify with the key in their env.
+        key = target.signing_key or os.environ.get("KINETIC_SIGNING_KEY") or None
+        return cls(default_local_dir(target), target.storage, key)
 
     @property
     def scope(self) -> str:
@@ -105,14 +118,22 @@ class LocalBackend:
     def submitting(self, job_id: str) -> Iterator[None]:
         """Mark this process as the job's submitter while it creates and launches it."""
         markers = self.local_dir / SUBMITTING / validate_id(job_id)
-        marker = markers / f"{os.getpid()}-{start_ticks(os.getpid())}"
-        try:
-            markers.mkdir(mode=0o700, parents=True, exist_ok=True)
-            marker.touch()
-        except OSError as exc:
-            raise SubmissionError(
-                f"Cannot write to the local job directory {markers}: {exc}"
-            ) from exc
+        # pid and start time name the submitter; the rest tells its threads apart.
+        marker = markers / f"{os.getpid()}-{start_ticks(os.getpid())}-{uuid.uuid4().hex[:8]}"
+        for last in (False, False, True):  # another submitter may remove the empty folder
+            try:
+                markers.mkdir(mode=0o700, parents=True, exist_ok=True)
+                marker.touch(exist_ok=False)
+                break
+            except FileNotFoundError:
+                if last:
+                    raise SubmissionError(
+                        f"Cannot create {marker}: its folder keeps vanishing"
+                    ) from None
+            except OSError as exc:
+                raise SubmissionError(
+                    f"Cannot write to the local job directory {markers}: {exc}"
+                ) from exc
         try:
             yield
         finally:
@@ -270,6 +291,8 @@ class LocalBackend:
                     message=f"supervisor process {launch['pid']} vanished without recording an exit "
                     "(killed with SIGKILL, or the machine restarted)",
                 )
+        if launch.get("host") == socket.gethostname() and _ending(launch):
+            return BackendState("running", started_at=started, message="the job is ending")
         return BackendState(
             "exited",
             exit_code=exit_rec.get("exit_code"),
@@ -284,7 +307,7 @@ class LocalBackend:
         submitters = []
         with contextlib.suppress(OSError):
             for marker in os.listdir(self.local_dir / SUBMITTING / job_id):
-                pid, _, ticks = marker.partition("-")
+                pid, ticks, _ = [*marker.split("-"), "", ""][:3]
                 submitters.append((int(pid), int(ticks) if ticks.isdigit() else None))
         if any(process_alive(pid, ticks) for pid, ticks in submitters):
             return BackendState(
@@ -391,7 +414,10 @@ class LocalBackend:
         try:  # the supervisor forwards SIGTERM, escalates to SIGKILL and records the exit
             os.killpg(launch["pid"], signal.SIGTERM)
         except ProcessLookupError:
-            pass
+            return
+        # Most jobs end within milliseconds: wait that long, so the caller's next read
+        # finds them stopped (bounded: a job that traps SIGTERM ends after its grace).
+        wait_exit(launch["pid"], CANCEL_WAIT)
 
     def delete(self, job_id: str) -> None:
         """Remove the job's own directory under ``local_dir`` (the path comes from the

@@ -22,8 +22,8 @@ import sys
 import time
 from types import FrameType
 
-from kinetic_core.backends.local import launch_record
-from kinetic_core.procs import die_with_parent, kill_group_members, start_ticks
+import kinetic_core.backends.local.launch_record as launch_record
+from kinetic_core.procs import adopt_orphans, die_with_parent, reap_descendants, start_ticks
 
 # How long a forked supervisor waits for the submitter's "go" before giving up.
 CONFIRM_TIMEOUT = 60.0
@@ -76,6 +76,7 @@ def main(argv: list[str], channel: socket.socket | None = None) -> int:
         _record(exit_path, _not_started(stop_reason[0], "stopped before the job started"))
         return 0
     me = os.getpid()
+    adopt_orphans()  # what the job leaves running becomes ours to end with it
     child = os.fork()
     if child == 0:
         code = 2
@@ -98,8 +99,7 @@ def main(argv: list[str], channel: socket.socket | None = None) -> int:
         signal.setitimer(signal.ITIMER_REAL, life_span)
     _, status = os.waitpid(child, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
-    if os.getpgrp() == me:  # what the job started in its group ends with it
-        kill_group_members(me)
+    reap_descendants()
     _record(exit_path, describe_exit(status, stop_reason[0] if stop_reason else None, life_span))
     return 0
 
@@ -175,4 +175,7 @@ def describe_exit(status: int, stop_reason: str | None, life_span: float) -> dic
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown: the job reads terminal once this process is gone
