@@ -44,7 +44,7 @@ def main() -> int:
     print(f"seed {args.seed}, load average {os.getloadavg()[0]:.1f}", flush=True)
     started = time.monotonic()
     try:
-        tally = Chaos(root, args.seed).run(args.trials)
+        tally = Chaos(root, args.seed).run(args.trials, progress=True)
     finally:
         kill_leftovers(root / "store")
         shutil.rmtree(root, ignore_errors=True)

@@ -41,7 +41,7 @@ COLUMNS = (
     "leftovers",
 )
 # How long the driver waits before killing a submitter: spans a whole submit under load.
-SUBMIT_WINDOW = 0.08
+SUBMIT_WINDOW = 0.3
 
 SUBMITTER = """
 import sys
@@ -91,11 +91,13 @@ class Chaos:
         self.keys: list[str] = []
 
     # ---- trials ---------------------------------------------------------------------------
-    def run(self, trials: int) -> Tally:
+    def run(self, trials: int, progress: bool = False) -> Tally:
         for i in range(trials):
             kind = KINDS[i % len(KINDS)]
             getattr(self, f"_{kind}")(i)
             self.tally.trials += 1
+            if progress and (i + 1) % 25 == 0:
+                print(f"  {i + 1} trials, {len(self.tally.problems)} problems", flush=True)
         self.finish()
         return self.tally
 
@@ -140,7 +142,7 @@ class Chaos:
         time.sleep(self.rng.uniform(0, 0.3))
         launch = self._launch(job.job_id)
         if launch is not None:
-            (os.killpg if group else _kill)(launch["pid"], signal.SIGKILL)
+            _kill(launch["pid"], group=group)
         self._settle(job.job_id)
         self._recover(key, i, None, acknowledge=True)
 
@@ -269,11 +271,11 @@ class Chaos:
         return record
 
 
-def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
+def _kill(pid: int, *, group: bool = False) -> None:
     try:
-        os.kill(pid, sig)
+        (os.killpg if group else os.kill)(pid, signal.SIGKILL)
     except ProcessLookupError:
-        pass
+        pass  # it already ended
 
 
 def job_processes(store: Path) -> dict[str, list[int]]:

@@ -20,6 +20,7 @@ from kinetic_core.backends.local import zygote
 from kinetic_core.procs import process_alive, start_ticks
 from tests.core import jobfns
 from tests.fault import chaosfns
+from tests.fault.chaos import zombie_children
 from tests.fault.test_faults import _pid_alive, _wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +48,15 @@ def private_zygote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
         except (ProcessLookupError, ValueError):
             pass
+
+
+def _sleeping_job(storage_uri: str, tmp_path: Path) -> tuple[kc.JobHandle, Path, Path]:
+    """A running job, the file with its runner's pid, and its launch record."""
+    pid_file = tmp_path / "pid"
+    job = kc.submit(jobfns.pid_then_sleep, (str(pid_file), 60))
+    _wait_for(pid_file.exists, "the job to write its pid")
+    store = Path(storage_uri[len("file://") :])
+    return job, pid_file, store / "backend-local" / job.job_id / "launch.json"
 
 
 # ---- 1. a failed launch leaves nothing that runs or reads as launched ---------------------
@@ -198,11 +208,7 @@ def test_killing_only_the_supervisor_kills_the_runner(
 def test_forged_launch_record_cannot_signal_another_process(
     storage_uri: str, tmp_path: Path
 ) -> None:
-    pid_file = tmp_path / "pid"
-    job = kc.submit(jobfns.pid_then_sleep, (str(pid_file), 60))
-    _wait_for(pid_file.exists, "the job to write its pid")
-    store = Path(storage_uri[len("file://") :])
-    launch_file = store / "backend-local" / job.job_id / "launch.json"
+    job, _, launch_file = _sleeping_job(storage_uri, tmp_path)
     real = json.loads(launch_file.read_text())
     victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
@@ -258,28 +264,13 @@ def test_staging_files_of_a_killed_writer_are_swept(storage_uri: str) -> None:
     assert list((store / "tmp").iterdir()) == []
 
 
-def _zombie_children() -> list[int]:
-    me = str(os.getpid())
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me and fields[0] == "Z":
-            found.append(int(entry))
-    return found
-
-
 def test_no_zombie_supervisors_without_the_zygote(
     storage_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KINETIC_LOCAL_ZYGOTE", "0")
     jobs = [kc.submit(jobfns.add, (i, 1)) for i in range(3)]
     assert [j.result(timeout=60) for j in jobs] == [1, 2, 3]
-    assert _zombie_children() == []
+    assert zombie_children() == []
 
 
 def test_half_submitted_job_with_a_dead_submitter_is_not_pending(
@@ -361,11 +352,7 @@ def test_signed_launch_record_refuses_a_forgery(
     storage_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KINETIC_SIGNING_KEY", "s3cret")
-    pid_file = tmp_path / "pid"
-    job = kc.submit(jobfns.pid_then_sleep, (str(pid_file), 60))
-    _wait_for(pid_file.exists, "the job to write its pid")
-    store = Path(storage_uri[len("file://") :])
-    launch_file = store / "backend-local" / job.job_id / "launch.json"
+    job, pid_file, launch_file = _sleeping_job(storage_uri, tmp_path)
     real = json.loads(launch_file.read_text())
     assert real["hmac"] and real["job_id"] == job.job_id
     launch_file.write_text(json.dumps({**real, "launched_at": real["launched_at"] - 1}))
