@@ -51,11 +51,13 @@ def main() -> int:
     row = tally.row()
     print(table(row))
     print(
-        f"{tally.killed_in_submit} submitter kills landed before submit returned; "
+        f"{tally.killed_in_submit} of the submitter kills landed before submit returned; "
         f"{time.monotonic() - started:.0f} s"
     )
     for problem in tally.problems:
         print(f"  {problem}")
+    for note in tally.notes:
+        print(f"  note (not this benchmark's goal): {note}")
     met = all(row[c] == 0 for c in GOAL_ZERO) and row["recovered"] == row["acknowledged"]
     print(
         f"goal (0 {', '.join(GOAL_ZERO)}; every acknowledged job recovered): {'met' if met else 'NOT met'}"
