@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -333,7 +334,7 @@ def test_submit_that_raises_never_runs_the_function(
     real = getattr(zygote, name)
 
     def answer_lost(conn: socket.socket) -> bytes:
-        forked.append(int(real(conn)))
+        forked.append(int(re.findall(rb"\d+", real(conn))[0]))  # the forked supervisor's pid
         raise ConnectionResetError("connection lost")
 
     monkeypatch.setattr(zygote, name, answer_lost)
