@@ -8,6 +8,7 @@ jobs/{job_id}/finished.json      runner finished
 jobs/{job_id}/stop.json          cancel / deadline marker, create-only
 jobs/{job_id}/collected.json     the result was delivered
 jobs/{job_id}/result.pkl         result envelope, create-only
+jobs/{job_id}/output.log         the job's log, kept once the backend deletes its own copy
 keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids are probed)
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
@@ -37,6 +38,7 @@ STARTED = "started.json"
 FINISHED = "finished.json"
 STOP = "stop.json"
 COLLECTED = "collected.json"
+LOG = "output.log"
 # What cleanup(storage=True) deletes: the envelopes. The records stay as a tombstone.
 ENVELOPES = (PAYLOAD, RESULT)
 

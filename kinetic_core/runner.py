@@ -56,6 +56,10 @@ def run_job(storage_uri: str, job_id: str) -> int:
     validate_id(job_id)
     storage = open_storage(storage_uri)
     signing_key = os.environ.get("KINETIC_SIGNING_KEY") or None
+    if storage.exists(layout.job_file(job_id, layout.STOP)):
+        # Cancelled before its process could be signalled (e.g. while being submitted).
+        print(f"kinetic: job {job_id} was stopped before it started", file=sys.stderr)
+        return 0
     write_record(storage, job_id, layout.STARTED, event="started")
     phase = "load"
     try:

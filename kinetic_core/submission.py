@@ -9,6 +9,7 @@ submitters of one key race for the same ``handle.json`` and exactly one wins.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import json
 import os
@@ -147,48 +148,56 @@ class _Submission:
             signing_key=self.target.signing_key,
         )
         created = False
-        try:
-            # The payload streams to a staging file; the create-only handle.json is the lock
-            # that decides this attempt; the payload is published only if we won it.
-            with storage.open_write(
-                layout.job_file(job_id, layout.PAYLOAD), create_only=True
-            ) as fh:
-                dump_envelope(
-                    fh,
-                    self.call,
-                    kind="call",
-                    job_id=job_id,
-                    signing_key=self.target.signing_key,
-                    by_value=self.by_value,
+        backend = get_backend(self.target)
+        # The local backend marks this process as the submitter until the launch is done,
+        # so a job whose submitter dies half-way is known dead at once (other backends:
+        # nothing to mark).
+        submitting = getattr(backend, "submitting", None)
+        with contextlib.ExitStack() as marked:
+            try:
+                # The payload streams to a staging file; the create-only handle.json is the lock
+                # that decides this attempt; the payload is published only if we won it.
+                with storage.open_write(
+                    layout.job_file(job_id, layout.PAYLOAD), create_only=True
+                ) as fh:
+                    dump_envelope(
+                        fh,
+                        self.call,
+                        kind="call",
+                        job_id=job_id,
+                        signing_key=self.target.signing_key,
+                        by_value=self.by_value,
+                    )
+                    if submitting:  # before the handle exists, after storage proved writable
+                        marked.enter_context(submitting(job_id))
+                    storage.write_bytes(
+                        layout.job_file(job_id, layout.HANDLE),
+                        handle.to_json().encode(),
+                        create_only=True,
+                    )
+                    created = True
+                backend.launch(
+                    LaunchSpec(
+                        job_id=job_id,
+                        storage_uri=handle.storage,
+                        target=self.target,
+                        labels={"kinetic/job-id": job_id, **self.tags},
+                        python_path=[p for p in sys.path if p],
+                        workdir=os.getcwd(),
+                    )
                 )
-                storage.write_bytes(
-                    layout.job_file(job_id, layout.HANDLE),
-                    handle.to_json().encode(),
-                    create_only=True,
-                )
-                created = True
-            get_backend(self.target).launch(
-                LaunchSpec(
-                    job_id=job_id,
-                    storage_uri=handle.storage,
-                    target=self.target,
-                    labels={"kinetic/job-id": job_id, **self.tags},
-                    python_path=[p for p in sys.path if p],
-                    workdir=os.getcwd(),
-                )
-            )
-        except FileExistsError:
-            if created:
-                raise
-            raise _Raced(job_id) from None
-        except BaseException as exc:
-            if created:  # leave nothing half-submitted behind
-                storage.delete_prefix(layout.job_dir(job_id))
-            if isinstance(exc, KineticError) or not isinstance(exc, Exception):
-                raise
-            raise SubmissionError(
-                f"Could not launch job {job_id}: {type(exc).__name__}: {exc}"
-            ) from exc
+            except FileExistsError:
+                if created:
+                    raise
+                raise _Raced(job_id) from None
+            except BaseException as exc:
+                if created:  # leave nothing half-submitted behind
+                    storage.delete_prefix(layout.job_dir(job_id))
+                if isinstance(exc, KineticError) or not isinstance(exc, Exception):
+                    raise
+                raise SubmissionError(
+                    f"Could not launch job {job_id}: {type(exc).__name__}: {exc}"
+                ) from exc
         if key is not None:
             self._record_attempt(key, attempt, job_id)
         return handle

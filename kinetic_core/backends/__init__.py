@@ -103,6 +103,7 @@ def get_backend(target: Target) -> Backend:
             "in_cluster",
             "namespace",
             "project",
+            "signing_key",  # the local backend verifies its launch records with it
         )
     )
     with _lock:

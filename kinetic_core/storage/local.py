@@ -1,22 +1,34 @@
-"""file:// storage: atomic renames, create-only via link(2), directories mode 0700."""
+"""file:// storage: atomic renames, create-only via link(2), directories mode 0700.
+
+Writes stage under ``tmp/``; a staging file's name carries its writer's pid and start
+time, so files of writers that were killed are swept by the next writer.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from kinetic_core.errors import StorageError
+from kinetic_core.procs import process_alive, start_ticks
+
+# Staging files without a live writer in their name are swept once older than this.
+STALE_STAGING = 3600.0
+_WRITER = re.compile(r"\.w(\d+)-(\d+)\.")
 
 
 class LocalStorage:
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self.root = Path(uri[len("file://") :])
+        self._swept = False
 
     def path(self, key: str) -> Path:
         return self.root / key
@@ -59,8 +71,14 @@ class LocalStorage:
         # Stage under tmp/ (same filesystem) so a failed write leaves nothing beside ``key``.
         staging = self.root / "tmp"
         self._ensure_dir(staging)
+        if not self._swept:
+            self._swept = True
+            _sweep(staging)
+        writer = f"w{os.getpid()}-{start_ticks(os.getpid()) or 0}"
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f"{target.name}.", suffix=".tmp", dir=staging)
+            fd, tmp = tempfile.mkstemp(
+                prefix=f"{target.name}.{writer}.", suffix=".tmp", dir=staging
+            )
         except OSError as exc:
             raise StorageError(f"Cannot write {self.location(key)}: {exc}") from exc
         try:
@@ -89,3 +107,23 @@ class LocalStorage:
 
     def delete_prefix(self, prefix: str) -> None:
         shutil.rmtree(self.path(prefix), ignore_errors=True)
+
+
+def _sweep(staging: Path) -> None:
+    """Remove staging files whose writer is dead (killed mid-write)."""
+    try:
+        names = os.listdir(staging)
+    except OSError:
+        return
+    for name in names:
+        path = staging / name
+        match = _WRITER.search(name)
+        try:
+            if match:
+                if process_alive(int(match[1]), int(match[2]) or None):
+                    continue
+            elif path.stat().st_mtime > time.time() - STALE_STAGING:
+                continue
+            path.unlink()
+        except OSError:
+            pass

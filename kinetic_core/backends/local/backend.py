@@ -1,13 +1,21 @@
 """The local backend: each job is a detached supervisor process on this machine.
 
-Per job, ``{local_dir}/{job_id}/`` holds ``launch.json`` (supervisor pid and process
-start time, written by the submitter), ``output.log`` (stdout+stderr) and ``exit.json``
-(written by the supervisor when the runner ends, however it ended).
+Per job, ``{local_dir}/{job_id}/`` holds ``launch.json`` (the supervisor's pid and process
+start time, written create-only by the supervisor itself before anything runs, bound to
+the job id and signed when a signing key is set), ``output.log`` (stdout+stderr) and
+``exit.json`` (written by the supervisor when the runner ends, however it ended). While a
+process submits a job it holds a marker in ``{local_dir}/.submitting/{job_id}/``: a job
+whose submitter died before launching reads as gone at once, not as "Submitting".
+A launch that fails is undone completely (the directory goes, anything forked is killed),
+so a retry with the same job id starts clean. Deleting a job keeps its log in storage
+(``jobs/{id}/output.log``); ``logs`` reads it from there once the local copy is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import select
@@ -17,21 +25,29 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kinetic_core.backends.local.launch_record as launch_record
 import kinetic_core.backends.local.zygote as zygote
+from kinetic_core import layout
 from kinetic_core.backends import BackendState, LaunchSpec
 from kinetic_core.config import Target
 from kinetic_core.errors import SubmissionError
-from kinetic_core.procs import process_alive, start_ticks
+from kinetic_core.ids import validate_id
+from kinetic_core.procs import group_members, process_alive, start_ticks, stdout_of, wait_exit
+from kinetic_core.storage import open_storage
 
 LOG_CHUNK = 1 << 20
 # Early wake-ups only for small watch sets (a single result() wait): a waiter on many jobs
 # woken at every exit would poll once per finished job instead of once per interval.
 EARLY_WAKE_MAX = 8
-# Supervisors this process launched, kept so they are reaped (no zombies) once they exit.
-_children: list[subprocess.Popen[bytes]] = []
+SUBMITTING = ".submitting"
+# A job directory this young without a launch record may be a supervisor mid-fork.
+STARTUP_GRACE = 10.0
+CANCEL_WAIT = 1.0
 
 
 def default_local_dir(target: Target) -> str:
@@ -45,29 +61,86 @@ def default_local_dir(target: Target) -> str:
     return os.path.expanduser(f"~/.kinetic/backend-local/{digest}")
 
 
-def _alive(launch: dict[str, Any]) -> bool:
+def _owns(launch: dict[str, Any], log_path: Path) -> bool:
+    """Is the recorded process alive and really this job's supervisor (its stdout is the
+    job's log)? Only then may it be signalled: a pid alone can name anyone's process."""
+    if not process_alive(launch["pid"], launch.get("start_ticks")):
+        return False
+    target = stdout_of(launch["pid"])
+    if target is None:
+        return not os.path.isdir("/proc/self")  # no /proc to check against
+    return target == os.path.realpath(log_path)
+
+
+def _ending(launch: dict[str, Any]) -> bool:
+    """Is the supervisor still alive after recording the exit? It exits right after,
+    so wait briefly: a job reads terminal only once none of its processes is left."""
+    if not process_alive(launch["pid"], launch.get("start_ticks")):
+        return False
+    wait_exit(launch["pid"], CANCEL_WAIT)
     return process_alive(launch["pid"], launch.get("start_ticks"))
+
+
+def _read_chunk(fh: Any, offset: int) -> bytes:
+    fh.seek(offset)
+    data = fh.read(LOG_CHUNK)
+    if len(data) == LOG_CHUNK and b"\n" in data:  # keep partial last lines for the next read
+        data = data[: data.rindex(b"\n") + 1]
+    return data
 
 
 class LocalBackend:
     name = "local"
 
-    def __init__(self, local_dir: str) -> None:
+    def __init__(
+        self, local_dir: str, storage_uri: str | None = None, signing_key: str | None = None
+    ) -> None:
         self.local_dir = Path(local_dir)
+        self.storage_uri = storage_uri
+        self.signing_key = signing_key
         self._launch_cache: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def from_target(cls, target: Target) -> LocalBackend:
-        return cls(default_local_dir(target))
+        # A handle's target carries no secret: readers verify with the key in their env.
+        key = target.signing_key or os.environ.get("KINETIC_SIGNING_KEY") or None
+        return cls(default_local_dir(target), target.storage, key)
 
     @property
     def scope(self) -> str:
         return f"local:{self.local_dir}"
 
     def _dir(self, job_id: str) -> Path:
-        return self.local_dir / job_id
+        return self.local_dir / validate_id(job_id)
 
     # ---- launch -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def submitting(self, job_id: str) -> Iterator[None]:
+        """Mark this process as the job's submitter while it creates and launches it."""
+        markers = self.local_dir / SUBMITTING / validate_id(job_id)
+        # pid and start time name the submitter; the rest tells its threads apart.
+        marker = markers / f"{os.getpid()}-{start_ticks(os.getpid())}-{uuid.uuid4().hex[:8]}"
+        for last in (False, False, True):  # another submitter may remove the empty folder
+            try:
+                markers.mkdir(mode=0o700, parents=True, exist_ok=True)
+                marker.touch(exist_ok=False)
+                break
+            except FileNotFoundError:
+                if last:
+                    raise SubmissionError(
+                        f"Cannot create {marker}: its folder keeps vanishing"
+                    ) from None
+            except OSError as exc:
+                raise SubmissionError(
+                    f"Cannot write to the local job directory {markers}: {exc}"
+                ) from exc
+        try:
+            yield
+        finally:
+            marker.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                markers.rmdir()
+
     def launch(self, spec: LaunchSpec) -> None:
         job_dir = self._dir(spec.job_id)
         try:
@@ -81,63 +154,118 @@ class LocalBackend:
         env["PYTHONUNBUFFERED"] = "1"
         env["KINETIC_SYS_PATH"] = json.dumps(spec.python_path)
         env.pop("KINETIC_SIGNING_KEY", None)
+        env.pop("KINETIC_LAUNCH_FD", None)
         if spec.target.signing_key:  # passed in the environment, never written to disk
             env["KINETIC_SIGNING_KEY"] = spec.target.signing_key
         argv = [str(job_dir), str(spec.target.life_span or 0), *spec.runner_args()[2:]]
-        log_path = str(job_dir / "output.log")
+        log_path = str(job_dir / launch_record.LOG)
         cwd = spec.workdir or os.getcwd()
-        pid = zygote.launch(argv, env=env, cwd=cwd, log_path=log_path)
-        if pid is None:
-            pid = self._spawn(argv, env=env, cwd=cwd, log_path=log_path)
-        record = {
-            "pid": pid,
-            "start_ticks": start_ticks(pid),
-            "host": socket.gethostname(),
-            "launched_at": time.time(),
-            "labels": spec.labels,
-        }
-        tmp = job_dir / "launch.json.tmp"
-        tmp.write_text(json.dumps(record))
-        tmp.replace(job_dir / "launch.json")
+        channel = None
+        try:
+            channel = zygote.launch(argv, env=env, cwd=cwd, log_path=log_path)
+            if channel is None:
+                channel = self._spawn(argv, env=env, cwd=cwd, log_path=log_path)
+            self._confirm(spec.job_id, channel)
+        except BaseException:
+            self._abort(spec.job_id)
+            raise
+        finally:
+            if channel is not None:
+                channel.close()
 
-    def _spawn(self, argv: list[str], *, env: dict[str, str], cwd: str, log_path: str) -> int:
-        """Start the supervisor in a fresh interpreter (when no zygote is usable)."""
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "kinetic_core.backends.local.supervisor", *argv],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,  # survives the submitter; cancel kills the group
-                close_fds=True,
+    def _spawn(
+        self, argv: list[str], *, env: dict[str, str], cwd: str, log_path: str
+    ) -> socket.socket:
+        """Start the supervisor in a fresh interpreter (when no zygote is usable). It
+        detaches (forks, its parent exits at once and is reaped here: no zombie)."""
+        ours, theirs = socket.socketpair()
+        try:
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "kinetic_core.backends.local.supervisor",
+                        "--detach",
+                        *argv,
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=cwd,
+                    env={**env, "KINETIC_LAUNCH_FD": str(theirs.fileno())},
+                    pass_fds=(theirs.fileno(),),
+                    close_fds=True,
+                )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        proc.wait()
+        return ours
+
+    def _confirm(self, job_id: str, channel: socket.socket) -> None:
+        """Read the supervisor's pid (it has claimed the job), then let it run ("go")."""
+        channel.settimeout(zygote.REPLY_TIMEOUT)
+        if not zygote.read_line(channel).strip().isdigit():
+            tail = self.logs(job_id, tail=5).strip()
+            raise SubmissionError(
+                f"The local supervisor of job {job_id} did not start"
+                + (f": {tail}" if tail else " (its process ended before answering)")
+                + ". Nothing ran; submit again (with the same idempotency_key it starts "
+                "cleanly), or set KINETIC_LOCAL_ZYGOTE=0 if this repeats."
             )
-        _children[:] = [p for p in _children if p.poll() is None]
-        _children.append(proc)
-        return proc.pid
+        channel.sendall(b"go")
+
+    def _abort(self, job_id: str) -> None:
+        """Undo a launch: nothing of it may run or read as launched afterwards."""
+        self._launch_cache.pop(job_id, None)
+        aborted = self.local_dir / f".aborted-{job_id}-{os.getpid()}-{time.time_ns()}"
+        try:  # after the rename no supervisor can claim the job (its path is gone)
+            os.rename(self._dir(job_id), aborted)
+        except OSError:
+            return
+        launch, _ = self._read_launch(aborted, job_id)
+        if launch is not None and _owns(launch, aborted / launch_record.LOG):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(launch["pid"], signal.SIGKILL)
+        shutil.rmtree(aborted, ignore_errors=True)
 
     # ---- observe ------------------------------------------------------------------------
-    def _launch_record(self, job_id: str) -> dict[str, Any] | None:
-        if job_id not in self._launch_cache:
-            try:
-                self._launch_cache[job_id] = json.loads(
-                    (self._dir(job_id) / "launch.json").read_text()
-                )
-            except (FileNotFoundError, ValueError):
-                return None
-        return self._launch_cache[job_id]
+    def _read_launch(self, job_dir: Path, job_id: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The launch record if it can be trusted for ``job_id``; else why not."""
+        try:
+            record = json.loads((job_dir / launch_record.LAUNCH).read_text())
+        except (FileNotFoundError, ValueError):
+            return None, None
+        problem = (
+            launch_record.verify(record, job_id, self.signing_key)
+            if isinstance(record, dict)
+            else "not an object"
+        )
+        return (None, problem) if problem else (record, None)
+
+    def _launch_record(self, job_id: str) -> tuple[dict[str, Any] | None, str | None]:
+        if job_id in self._launch_cache:
+            return self._launch_cache[job_id], None
+        record, problem = self._read_launch(self._dir(job_id), job_id)
+        if record is not None:
+            self._launch_cache[job_id] = record
+        return record, problem
 
     def _exit_record(self, job_id: str) -> dict[str, Any] | None:
         try:
-            return json.loads((self._dir(job_id) / "exit.json").read_text())
+            return json.loads((self._dir(job_id) / launch_record.EXIT).read_text())
         except (FileNotFoundError, ValueError):
             return None
 
     def _state(self, job_id: str) -> BackendState:
-        launch = self._launch_record(job_id)
+        launch, problem = self._launch_record(job_id)
+        if problem:
+            return BackendState("gone", message=f"the job's launch record is refused: {problem}")
         if launch is None:
-            return BackendState("not_found")
+            return self._unlaunched(job_id)
         started = launch.get("launched_at")
         exit_rec = self._exit_record(job_id)
         if exit_rec is None:
@@ -147,16 +275,24 @@ class LocalBackend:
                     started_at=started,
                     message=f"running on host {launch.get('host')}; liveness cannot be checked from here",
                 )
-            if _alive(launch):
+            if process_alive(launch["pid"], launch.get("start_ticks")):
                 return BackendState("running", started_at=started)
             exit_rec = self._exit_record(job_id)  # it may have finished between the two reads
             if exit_rec is None:
+                if group_members(launch["pid"], leader_ticks=launch.get("start_ticks")):
+                    return BackendState(  # Lost only once none of its processes is left
+                        "running",
+                        started_at=started,
+                        message="the supervisor died; its processes are ending",
+                    )
                 return BackendState(
                     "gone",
                     started_at=started,
                     message=f"supervisor process {launch['pid']} vanished without recording an exit "
                     "(killed with SIGKILL, or the machine restarted)",
                 )
+        if launch.get("host") == socket.gethostname() and _ending(launch):
+            return BackendState("running", started_at=started, message="the job is ending")
         return BackendState(
             "exited",
             exit_code=exit_rec.get("exit_code"),
@@ -165,6 +301,33 @@ class LocalBackend:
             started_at=started,
             finished_at=exit_rec.get("finished_at"),
         )
+
+    def _unlaunched(self, job_id: str) -> BackendState:
+        """No launch record: being submitted, or its submitter died before launching it."""
+        submitters = []
+        with contextlib.suppress(OSError):
+            for marker in os.listdir(self.local_dir / SUBMITTING / job_id):
+                pid, ticks, _ = [*marker.split("-"), "", ""][:3]
+                submitters.append((int(pid), int(ticks) if ticks.isdigit() else None))
+        if any(process_alive(pid, ticks) for pid, ticks in submitters):
+            return BackendState(
+                "pending", reason="Submitting", message="the submitter is launching it"
+            )
+        try:
+            young = time.time() - self._dir(job_id).stat().st_mtime < STARTUP_GRACE
+        except OSError:
+            young = False
+        if young:  # a supervisor may be forked and about to claim it
+            return BackendState("pending", reason="Submitting", message="the job is starting")
+        if self._read_launch(self._dir(job_id), job_id) != (None, None):
+            return self._state(job_id)  # launched between the two reads
+        if submitters:
+            return BackendState(
+                "gone",
+                message=f"its submitter (pid {submitters[0][0]}) died before launching it; "
+                "the function never ran",
+            )
+        return BackendState("not_found")
 
     def poll(self, job_ids: list[str]) -> dict[str, BackendState]:
         return {job_id: self._state(job_id) for job_id in job_ids}
@@ -182,7 +345,7 @@ class LocalBackend:
         fds: list[int] = []
         try:
             for job_id in job_ids:
-                launch = self._launch_record(job_id)
+                launch, _ = self._launch_record(job_id)
                 if launch is None or launch.get("host") != socket.gethostname():
                     continue
                 try:
@@ -200,42 +363,70 @@ class LocalBackend:
                 os.close(fd)
 
     # ---- logs ---------------------------------------------------------------------------
-    def logs(self, job_id: str, tail: int | None = None) -> str:
-        path = self._dir(job_id) / "output.log"
+    def _open_log(self, job_id: str) -> Any:
+        """The local log, or the copy kept in storage once the local one was deleted."""
         try:
-            with open(path, "rb") as fh:
-                if tail is None:
-                    return fh.read().decode("utf-8", "replace")
-                return _tail(fh, tail)
+            return open(self._dir(job_id) / launch_record.LOG, "rb")
         except FileNotFoundError:
-            return ""
+            pass
+        if not self.storage_uri:
+            return io.BytesIO()
+        try:
+            data = open_storage(self.storage_uri).read_bytes(layout.job_file(job_id, layout.LOG))
+        except FileNotFoundError:
+            data = b""
+        return io.BytesIO(data)
+
+    def logs(self, job_id: str, tail: int | None = None) -> str:
+        with self._open_log(job_id) as fh:
+            if tail is None:
+                return fh.read().decode("utf-8", "replace")
+            return _tail(fh, tail)
 
     def read_logs(self, job_id: str, cursor: str | None) -> tuple[str, str | None]:
         offset = int(cursor or 0)
-        try:
-            with open(self._dir(job_id) / "output.log", "rb") as fh:
-                fh.seek(offset)
-                data = fh.read(LOG_CHUNK)
-        except FileNotFoundError:
-            return "", cursor
-        if len(data) == LOG_CHUNK and b"\n" in data:  # keep partial last lines for the next read
-            data = data[: data.rindex(b"\n") + 1]
+        with self._open_log(job_id) as fh:
+            data = _read_chunk(fh, offset)
         return data.decode("utf-8", "replace"), str(offset + len(data))
+
+    def _keep_log(self, job_id: str) -> bool:
+        """Copy the log into storage before the local one is deleted; False if it cannot be."""
+        if not self.storage_uri:
+            return True
+        try:
+            with open(self._dir(job_id) / launch_record.LOG, "rb") as src:
+                storage = open_storage(self.storage_uri)
+                with storage.open_write(layout.job_file(job_id, layout.LOG)) as dst:
+                    shutil.copyfileobj(src, dst)
+        except FileNotFoundError:
+            return True
+        except Exception:  # e.g. read-only storage: keep the local records instead
+            return False
+        return True
 
     # ---- stop ---------------------------------------------------------------------------
     def cancel(self, job_id: str) -> None:
-        launch = self._launch_record(job_id)
-        if launch is None or self._exit_record(job_id) is not None or not _alive(launch):
+        launch, _ = self._launch_record(job_id)
+        if launch is None or self._exit_record(job_id) is not None:
+            return  # not claimed yet: the runner checks the stop marker before it starts
+        if not _owns(launch, self._dir(job_id) / launch_record.LOG):
             return
         try:  # the supervisor forwards SIGTERM, escalates to SIGKILL and records the exit
             os.killpg(launch["pid"], signal.SIGTERM)
         except ProcessLookupError:
-            pass
+            return
+        # Most jobs end within milliseconds: wait that long, so the caller's next read
+        # finds them stopped (bounded: a job that traps SIGTERM ends after its grace).
+        wait_exit(launch["pid"], CANCEL_WAIT)
 
     def delete(self, job_id: str) -> None:
+        """Remove the job's own directory under ``local_dir`` (the path comes from the
+        validated id, never from a record), keeping its log in storage."""
         self.cancel(job_id)
         self._launch_cache.pop(job_id, None)
-        shutil.rmtree(self._dir(job_id), ignore_errors=True)
+        if self._keep_log(job_id):
+            shutil.rmtree(self._dir(job_id), ignore_errors=True)
+        shutil.rmtree(self.local_dir / SUBMITTING / job_id, ignore_errors=True)
 
 
 def _tail(fh: Any, lines: int) -> str:

@@ -1,45 +1,54 @@
 """The detached supervisor of one local job (started by the local backend's launch).
 
-It forks the runner (no second interpreter start), enforces ``life_span``, forwards
-SIGTERM with a grace period before SIGKILL, and always records how the runner ended in
-``exit.json``, even when the runner was killed. Usage (internal):
-``python -m kinetic_core.backends.local.supervisor JOB_DIR LIFE_SPAN --storage URI --job-id ID``
-Its imports stay stdlib-only (and its package's ``__init__`` loads the backend lazily):
-it is on the critical path of every local job.
+Its first act is to claim the job: it writes ``launch.json`` (its own pid and process
+start time) create-only, so a job never runs without a record naming its process. It then
+tells the submitter its pid and runs nothing until the submitter confirms ("go"): a
+submitter that dies or fails before confirming leaves an aborted job that ran nothing.
+It forks the runner (no second interpreter start; the runner dies with it), enforces
+``life_span``, forwards SIGTERM with a grace period before SIGKILL, kills what the job
+left in its process group, and always records how the runner ended in ``exit.json``.
+Usage (internal): ``python -m kinetic_core.backends.local.supervisor [--detach] JOB_DIR
+LIFE_SPAN --storage URI --job-id ID`` with the submitter's end of the launch channel in
+``KINETIC_LAUNCH_FD``. Imports stay stdlib-only (its packages load lazily): it is on the
+critical path of every local job.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
+import socket
 import sys
 import time
 from types import FrameType
 
+import kinetic_core.backends.local.launch_record as launch_record
+from kinetic_core.procs import adopt_orphans, die_with_parent, reap_descendants, start_ticks
 
-def main(argv: list[str]) -> int:
+# How long a forked supervisor waits for the submitter's "go" before giving up.
+CONFIRM_TIMEOUT = 60.0
+
+
+def main(argv: list[str], channel: socket.socket | None = None) -> int:
+    if argv[:1] == ["--detach"]:  # started by a submitter: leave it (no zombie), lead a session
+        argv = argv[1:]
+        if os.fork():
+            os._exit(0)
+        os.setsid()
     job_dir, life_span, runner_argv = argv[0], float(argv[1]), argv[2:]
+    if channel is None and os.environ.get("KINETIC_LAUNCH_FD"):
+        channel = socket.socket(fileno=int(os.environ.pop("KINETIC_LAUNCH_FD")))
     # Read per job (a zygote-forked supervisor runs with each submitter's environment).
     kill_grace = float(os.environ.get("KINETIC_KILL_GRACE", "5"))
-    child = os.fork()
-    if child == 0:
-        code = 2
-        try:
-            from kinetic_core.runner import main as runner_main
-
-            code = runner_main(runner_argv)
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-
     stop_reason: list[str] = []
+    child = 0
 
     def stop(reason: str) -> None:
         if stop_reason:
             return
         stop_reason.append(reason)
+        if not child:
+            return  # not forked yet: the runner is never started
         try:
             os.kill(child, signal.SIGTERM)
         except ProcessLookupError:
@@ -53,20 +62,92 @@ def main(argv: list[str]) -> int:
     def on_deadline(signum: int, frame: FrameType | None) -> None:
         stop("DeadlineExceeded")
 
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, on_term)  # before the claim: a cancel may follow it at once
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not _claim(job_dir, runner_argv):
+        return 2
+    exit_path = os.path.join(job_dir, launch_record.EXIT)
+    if channel is not None and not _confirmed(channel):
+        _record(exit_path, _not_started("Aborted", "the submitter did not confirm the launch"))
+        return 0
+    # SIGTERM waits while we fork: a cancel arriving now must find the runner to stop.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    if stop_reason:
+        _record(exit_path, _not_started(stop_reason[0], "stopped before the job started"))
+        return 0
+    me = os.getpid()
+    adopt_orphans()  # what the job leaves running becomes ours to end with it
+    child = os.fork()
+    if child == 0:
+        code = 2
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            die_with_parent(me)  # a killed supervisor never leaves its runner behind
+            from kinetic_core.runner import main as runner_main
+
+            code = runner_main(runner_argv)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if life_span > 0:
         signal.signal(signal.SIGALRM, on_deadline)
         signal.setitimer(signal.ITIMER_REAL, life_span)
-
     _, status = os.waitpid(child, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
-    record = describe_exit(status, stop_reason[0] if stop_reason else None, life_span)
-    tmp = os.path.join(job_dir, "exit.json.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(record, fh)
-    os.replace(tmp, os.path.join(job_dir, "exit.json"))
+    reap_descendants()
+    _record(exit_path, describe_exit(status, stop_reason[0] if stop_reason else None, life_span))
     return 0
+
+
+def _claim(job_dir: str, runner_argv: list[str]) -> bool:
+    """Write the launch record; False if the job's directory is gone (launch aborted)."""
+    pid = os.getpid()
+    record = {
+        "job_id": runner_argv[runner_argv.index("--job-id") + 1],
+        "pid": pid,
+        "start_ticks": start_ticks(pid),
+        "host": socket.gethostname(),
+        "launched_at": time.time(),
+    }
+    signed = launch_record.sign(record, os.environ.get("KINETIC_SIGNING_KEY") or None)
+    try:
+        launch_record.write_create_only(os.path.join(job_dir, launch_record.LAUNCH), signed)
+    except OSError as exc:
+        print(f"kinetic supervisor: not starting: {exc}", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+def _confirmed(channel: socket.socket) -> bool:
+    """Send our pid to the submitter and wait for its "go" (EOF: it died or gave up)."""
+    try:
+        with channel:
+            channel.settimeout(CONFIRM_TIMEOUT)
+            channel.sendall(f"{os.getpid()}\n".encode())
+            return channel.recv(16) == b"go"
+    except OSError:
+        return False
+
+
+def _record(path: str, record: dict[str, object]) -> None:
+    try:
+        launch_record.write(path, record)
+    except OSError:
+        pass  # the job's directory was deleted (cleanup or an aborted launch)
+
+
+def _not_started(reason: str, why: str) -> dict[str, object]:
+    return {
+        "exit_code": None,
+        "reason": reason,
+        "message": f"{why}; the function never ran",
+        "finished_at": time.time(),
+    }
 
 
 def _kill(pid: int) -> None:
@@ -94,4 +175,7 @@ def describe_exit(status: int, stop_reason: str | None, life_span: float) -> dic
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown: the job reads terminal once this process is gone

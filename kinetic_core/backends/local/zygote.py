@@ -3,16 +3,22 @@
 A fresh interpreter plus cloudpickle costs ~50 ms per local job; forking a process that
 already imported the runner costs ~1 ms. One zygote runs per user, Python executable and
 kinetic_core version, listening on a unix socket in a private (0700) directory; it exits
-after ``IDLE_SECONDS`` without requests. Each forked child becomes a session leader,
-switches to the submitter's environment, working directory and log file, and runs the
-supervisor exactly as ``python -m kinetic_core.backends.local.supervisor`` would.
+after ``IDLE_SECONDS`` without requests. Exactly one zygote serves a socket (it holds an
+flock on ``<socket>.lock``; ``<socket>.pid`` names it). Each forked child becomes a
+session leader, switches to the submitter's environment, working directory (also first on
+``sys.path``, as ``python -m`` puts it) and log file, and runs the supervisor exactly as
+``python -m kinetic_core.backends.local.supervisor`` would, talking to the submitter over
+the request's own connection. The zygote itself never writes to a client: a submitter
+that vanishes affects only its own launch.
 
-Set ``KINETIC_LOCAL_ZYGOTE=0`` to start every job in a fresh interpreter instead.
+Set ``KINETIC_LOCAL_ZYGOTE=0`` to start every job in a fresh interpreter instead;
+``KINETIC_ZYGOTE_SOCKET`` names another socket (in a private directory), e.g. for tests.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -30,6 +36,7 @@ PACKAGE = Path(__file__).resolve().parents[2]
 IDLE_SECONDS = 300.0
 START_TIMEOUT = 15.0
 REPLY_TIMEOUT = 30.0
+REQUEST_TIMEOUT = 10.0  # a client sends its request right after connecting
 _zygotes: list[subprocess.Popen[bytes]] = []  # ours to reap once they exit
 _fingerprint: str | None = None
 
@@ -50,7 +57,10 @@ def _version_fingerprint() -> str:
 
 def socket_path() -> str | None:
     """The zygote socket, in a directory only this user can enter; None if that is unsafe."""
-    directory = Path(tempfile.gettempdir()) / f"kinetic-{os.getuid()}"
+    chosen = os.environ.get("KINETIC_ZYGOTE_SOCKET")
+    directory = (
+        Path(chosen).parent if chosen else Path(tempfile.gettempdir()) / f"kinetic-{os.getuid()}"
+    )
     try:
         directory.mkdir(mode=0o700, exist_ok=True)
         info = directory.stat()
@@ -58,16 +68,18 @@ def socket_path() -> str | None:
         return None
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
         return None  # someone else's or too open: do not trust sockets in it
-    return str(directory / f"zygote-{_version_fingerprint()}.sock")
+    return chosen or str(directory / f"zygote-{_version_fingerprint()}.sock")
 
 
 # ---- client -----------------------------------------------------------------------------
 
 
-def launch(argv: list[str], *, env: dict[str, str], cwd: str, log_path: str) -> int | None:
-    """Fork a supervisor through the zygote; its pid, or None if no zygote is usable
-    (the caller then starts a fresh interpreter). Never launches twice: once a request
-    was sent, failures raise instead of returning None."""
+def launch(
+    argv: list[str], *, env: dict[str, str], cwd: str, log_path: str
+) -> socket.socket | None:
+    """Ask the zygote to fork a supervisor; the connection to that supervisor (it answers
+    with its pid and waits for "go"), or None if no zygote is usable (the caller then
+    starts a fresh interpreter). Once the request was sent, failures raise."""
     path = socket_path() if enabled() else None
     if path is None:
         return None
@@ -83,18 +95,18 @@ def launch(argv: list[str], *, env: dict[str, str], cwd: str, log_path: str) -> 
             if not first_try or not _start(path):
                 return None
             continue
-        with conn:
+        try:
             conn.sendall(request)
-            conn.shutdown(socket.SHUT_WR)
-            reply = _read_line(conn)
-        if not reply:
-            raise OSError("the local zygote accepted a job but did not answer")
-        return int(json.loads(reply)["pid"])
+        except BaseException:
+            conn.close()
+            raise
+        return conn
     return None
 
 
 def _start(path: str) -> bool:
-    """Start a zygote and wait for its "ready" line (no polling: a blocking pipe read)."""
+    """Start a zygote and wait for its "ready" line (no polling: a blocking pipe read);
+    "busy" means another one holds the socket."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -114,7 +126,7 @@ def _start(path: str) -> bool:
     readable, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT)
     ready = proc.stdout.readline() if readable else b""
     proc.stdout.close()
-    return ready.strip() == b"ready"
+    return ready.strip() in (b"ready", b"busy")
 
 
 def _package_root() -> str:
@@ -122,7 +134,7 @@ def _package_root() -> str:
     return str(PACKAGE.parent)
 
 
-def _read_line(conn: socket.socket) -> bytes:
+def read_line(conn: socket.socket) -> bytes:
     data = b""
     while not data.endswith(b"\n"):
         chunk = conn.recv(65536)
@@ -136,6 +148,12 @@ def _read_line(conn: socket.socket) -> bytes:
 
 
 def serve(path: str, idle: float) -> None:
+    lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("busy", flush=True)  # one zygote per socket: the holder serves it
+        return
     import kinetic_core.backends.local.supervisor as supervisor
     import kinetic_core.runner  # noqa: F401  (preloaded: every job needs it)
 
@@ -146,50 +164,54 @@ def serve(path: str, idle: float) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps exited supervisors
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     staging = f"{path}.{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(staging)
     server.bind(staging)
     server.listen(128)
-    os.replace(staging, path)  # atomic: a racing zygote's socket is simply replaced
-    my_socket = os.stat(path).st_ino
-    with open(f"{path}.pid", "w") as fh:  # forked jobs share its command line: this names it
+    os.replace(staging, path)  # atomic: a dead zygote's socket is simply replaced
+    with open(f"{path}.pid.tmp", "w") as fh:  # forked jobs share its command line: this names it
         fh.write(str(os.getpid()))
+    os.replace(f"{path}.pid.tmp", f"{path}.pid")
     server.settimeout(idle)
     print("ready", flush=True)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    closing = False
     try:
         while True:
             try:
                 conn, _ = server.accept()
-            except TimeoutError:
-                return  # idle: the next launch starts a fresh zygote
-            with conn:
-                conn.settimeout(REPLY_TIMEOUT)
+            except (TimeoutError, BlockingIOError):
+                if closing:
+                    return
+                # Idle: unlink first (the next launch starts a fresh zygote), then serve
+                # whoever connected in between rather than leave them unanswered.
+                closing = True
+                os.unlink(path)
+                server.settimeout(0)
+                continue
+            except OSError:
+                continue
+            with conn:  # every operation on one client's connection affects only that client
                 try:
-                    request = json.loads(_read_line(conn))
+                    conn.settimeout(REQUEST_TIMEOUT)
+                    request = json.loads(read_line(conn))
+                    pid = os.fork()
                 except (OSError, ValueError):
                     continue
-                ready_r, ready_w = os.pipe()
-                pid = os.fork()
                 if pid == 0:
                     server.close()
-                    conn.close()
-                    os.close(ready_r)
-                    _become_supervisor(request, supervisor.main, ready_w)
-                os.close(ready_w)
-                # Answer only once the child leads its own process group: a cancel that
-                # follows the answer must find the group (killpg), never miss it.
-                os.read(ready_r, 1)
-                os.close(ready_r)
-                conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+                    os.close(lock)  # the socket's lock stays with the zygote alone
+                    _become_supervisor(request, supervisor.main, conn)
     finally:
-        if os.path.exists(path) and os.stat(path).st_ino == my_socket:  # not a newer zygote's
-            os.unlink(path)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{path}.pid")
+        with contextlib.suppress(FileNotFoundError):
+            if not closing:
+                os.unlink(path)  # ours: we hold the lock, so no other zygote bound it
+            os.unlink(f"{path}.pid")
 
 
-def _become_supervisor(request: dict[str, Any], run: Any, ready_fd: int) -> None:
+def _become_supervisor(request: dict[str, Any], run: Any, conn: socket.socket) -> None:
     """In the forked child: take on the submitter's context, then supervise. Never returns."""
     code = 2
     try:
@@ -197,16 +219,16 @@ def _become_supervisor(request: dict[str, Any], run: Any, ready_fd: int) -> None
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the supervisor waits for its runner
         if request.get("cwd"):
             os.chdir(request["cwd"])
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: the working dir is importable
         os.environ.clear()
         os.environ.update(request["env"])
         log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
-        os.write(ready_fd, b"1")
-        os.close(ready_fd)
-        code = run(request["argv"])
+        code = run(request["argv"], conn)
     except BaseException as exc:
-        os.write(2, f"kinetic zygote: cannot start supervisor: {exc!r}\n".encode())
+        with contextlib.suppress(OSError):
+            os.write(2, f"kinetic zygote: cannot start supervisor: {exc!r}\n".encode())
     finally:
         os._exit(code)
