@@ -87,7 +87,7 @@ def test_kubeconfig_content_is_a_private_file_never_persisted_or_logged(
     state = uses_block(return_state=True)
     assert state.result() == 3
     (job,) = kc.list_jobs()
-    handle_json = (Path(kinetic_storage[len("file://") :]) / f"jobs/{job.job_id}/handle.json")
+    handle_json = Path(kinetic_storage[len("file://") :]) / f"jobs/{job.job_id}/handle.json"
     assert str(path) in handle_json.read_text()  # the handle names the file...
     assert "very-secret-token" not in handle_json.read_text()  # ...never its content
     logs = "\n".join(flow_run_logs(state.state_details.flow_run_id))
