@@ -29,7 +29,15 @@ PLANTED = [
     ".airflow-home/airflow.db",
     "site/index.html",
     "dist/old.whl",
+    "scratch/notes.txt",
+    "build.log",
 ]
+# The sdist's top level: sources, tests, docs, examples and the files that build them.
+TOP_LEVEL = {
+    "kinetic_core", "providers", "tests", "docs", "dags_examples", "bench", "README.md",
+    "CHANGELOG.md", "LICENSE", "Makefile", "Dockerfile", "mkdocs.yml", "uv.lock",
+    "pyproject.toml", "PKG-INFO", ".gitignore",
+}  # fmt: skip
 FORBIDDEN_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".kinetic"}
 
 
@@ -69,8 +77,7 @@ def test_sdist_has_the_sources_and_no_leftovers(dist: Path) -> None:
     (sdist,) = dist.glob("kinetic_workflows-*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
-    for needed in ("pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE"):
-        assert needed in names
+    assert {n.split("/")[0] for n in names} == TOP_LEVEL
     assert "kinetic_core/jobs.py" in names and "providers/kinetic_prefect/blocks.py" in names
     leftovers = [
         n
