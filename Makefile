@@ -7,7 +7,7 @@ SYNC := $(UV) sync --frozen --python 3.11 --quiet
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
 .PHONY: demo test uv env env-airflow env-prefect lint docs k8s-binaries \
-        test-core test-kubernetes test-airflow test-prefect bench clean
+        test-core test-kubernetes test-airflow test-prefect test-packaging bench clean
 
 ## uv: bootstrap uv from PyPI when it is missing
 uv:
@@ -23,6 +23,15 @@ env-airflow: uv
 
 env-prefect: uv
 	UV_PROJECT_ENVIRONMENT=.venv-prefect $(SYNC) $(EXTRAS) --extra prefect
+
+## the oldest and newest supported Prefect minors, each in .venv-prefect-MINOR (uv's cache makes a rerun quick)
+PREFECT_OLDEST := 3.8
+PREFECT_NEWEST := 3.9
+env-prefect-%: uv
+	$(UV) venv --quiet --allow-existing --python 3.11 .venv-prefect-$*
+	$(UV) pip install --quiet --python .venv-prefect-$*/bin/python \
+	  --override tests/prefect/uv-overrides.txt \
+	  -e '.[prefect,dev,cli,gcs,kubernetes]' 'prefect==$*.*'
 
 ## the real Kubernetes control plane for tests (built once per machine, then cached)
 k8s-binaries:
@@ -46,11 +55,18 @@ test-airflow: env-airflow
 	.venv-airflow/bin/mypy providers/kinetic_airflow
 	.venv-airflow/bin/pytest tests/airflow $(PYTEST_FLAGS)
 
-test-prefect: env-prefect
-	.venv-prefect/bin/mypy providers/kinetic_prefect
-	.venv-prefect/bin/pytest tests/prefect $(PYTEST_FLAGS)
+test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST)
+	for minor in $(PREFECT_OLDEST) $(PREFECT_NEWEST); do \
+	  echo "== Prefect $$minor: $$(.venv-prefect-$$minor/bin/python -c 'import prefect; print(prefect.__version__)')" && \
+	  .venv-prefect-$$minor/bin/mypy providers/kinetic_prefect && \
+	  .venv-prefect-$$minor/bin/pytest tests/prefect $(PYTEST_FLAGS) || exit 1; done
 
-test: lint docs test-core test-kubernetes test-airflow test-prefect
+## the release artifacts: sdist contents, and the wheel installed with [airflow] in a fresh venv
+## running a smoke DAG from a temp dir (uv's cache keeps the install quick)
+test-packaging: env
+	.venv/bin/pytest tests/packaging $(PYTEST_FLAGS)
+
+test: lint docs test-core test-kubernetes test-airflow test-prefect test-packaging
 
 ## the main job on the embedded default: the nightly pipeline in Airflow 3 and in Prefect 3
 demo: env env-airflow env-prefect
@@ -67,4 +83,4 @@ bench: env
 	  .venv/bin/python $$b || exit 1; done
 
 clean:
-	rm -rf .venv .venv-airflow .venv-prefect site
+	rm -rf .venv .venv-airflow .venv-prefect .venv-prefect-* site dist

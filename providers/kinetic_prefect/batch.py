@@ -32,6 +32,7 @@ from kinetic_prefect.identity import task_run_identity
 from kinetic_prefect.retries import compose_retry_condition
 from kinetic_prefect.spec import JobSpec, check_callable
 from kinetic_prefect.tasks import KineticTask
+from kinetic_prefect.termination import cancelled_on_termination
 
 _log = logging.getLogger("kinetic_prefect")
 
@@ -98,9 +99,10 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
 
     progress: kc.BatchProgress | None = None
     try:
-        async for progress in batch.aprogress(every=opts.progress_interval, until=cancelling):
-            await _update_progress(progress, artifact_id, logger)
-            logger.info("Kinetic batch %s: %s", batch.group_id, progress.describe())
+        with cancelled_on_termination(batch, enabled=spec.cancel_on_cancel):
+            async for progress in batch.aprogress(every=opts.progress_interval, until=cancelling):
+                await _update_progress(progress, artifact_id, logger)
+                logger.info("Kinetic batch %s: %s", batch.group_id, progress.describe())
     except BaseException as exc:
         if spec.cancel_on_cancel and not isinstance(exc, Exception | GeneratorExit):
             await cancel_remote(

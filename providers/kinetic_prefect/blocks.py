@@ -2,17 +2,26 @@
 
 Save one per environment (``KineticConfig(backend="gke", ...).save("nightly-gke")``) and
 name it in ``@kinetic_task(config="nightly-gke")``. Register the type with
-``prefect block register -m kinetic_prefect``.
+``prefect block register -m kinetic_prefect``. Every Kubernetes option of the Target is a
+field, so a worker running in a pod needs no ``KINETIC_*`` environment variables.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr
 
 import kinetic_core as kc
+from kinetic_prefect.kubeconfig import kubeconfig_file
+
+DOCUMENTATION_URL = "https://kinetic-workflows.github.io/kinetic-workflows/prefect/"
+LOGO_URL = (
+    "https://raw.githubusercontent.com/kinetic-workflows/kinetic-workflows/main/"
+    "docs/assets/kinetic-logo.svg"
+)
 
 
 class KineticConfig(Block):
@@ -22,10 +31,23 @@ class KineticConfig(Block):
 
     _block_type_name: ClassVar[str] = "Kinetic Config"
     _block_type_slug: ClassVar[str] = "kinetic-config"
+    _logo_url: ClassVar[Any] = LOGO_URL
+    _documentation_url: ClassVar[Any] = DOCUMENTATION_URL
     _description: ClassVar[str] = (
         "Target for Kinetic jobs: backend (local, kubernetes, gke), storage URI, "
-        "Kubernetes namespace, image, accelerator defaults and the payload signing key."
+        "Kubernetes cluster access and pod options, accelerator defaults and the payload "
+        "signing key."
     )
+    _code_example: ClassVar[str] = """
+```python
+from kinetic_prefect import KineticConfig, kinetic_task
+
+config = KineticConfig.load("BLOCK_NAME")   # or @kinetic_task(config="BLOCK_NAME")
+
+@kinetic_task(config="BLOCK_NAME", accelerator="tpu-v5e-8")
+def train(data_uri: str) -> dict: ...
+```
+"""
 
     backend: str | None = Field(default=None, description="local, kubernetes or gke.")
     storage: str | None = Field(
@@ -39,7 +61,31 @@ class KineticConfig(Block):
     )
     spot: bool | None = Field(default=None, description="Run on spot/preemptible capacity.")
     service_account: str | None = Field(default=None, description="Kubernetes service account.")
+    in_cluster: bool | None = Field(
+        default=None,
+        description="Use the pod's service account (a worker running in the cluster) "
+        "instead of a kubeconfig.",
+    )
+    kubeconfig: str | None = Field(
+        default=None,
+        description="Path of a kubeconfig file (default: $KUBECONFIG, ~/.kube/config).",
+    )
+    kubeconfig_content: SecretStr | None = Field(
+        default=None,
+        description="A kubeconfig's YAML, kept secret; written to a private file under "
+        "~/.kinetic/kubeconfigs when used (instead of kubeconfig, not with it).",
+    )
     kube_context: str | None = Field(default=None, description="kubeconfig context to use.")
+    node_selector: dict[str, str] | None = Field(
+        default=None, description="Node labels the job's pod must run on."
+    )
+    tolerations: list[dict[str, Any]] | None = Field(
+        default=None, description="Pod tolerations, as in a pod spec."
+    )
+    labels: dict[str, str] | None = Field(default=None, description="Labels on the job's pod.")
+    annotations: dict[str, str] | None = Field(
+        default=None, description="Annotations on the job's pod."
+    )
     project: str | None = Field(default=None, description="Cloud project (GKE/GCS).")
     resources: dict[str, Any] | None = Field(default=None, description="Pod resources.")
     life_span: float | None = Field(default=None, description="Max seconds a job may run.")
@@ -50,36 +96,40 @@ class KineticConfig(Block):
         default=None, description="Steady-state seconds between status polls."
     )
     env: list[str] | None = Field(default=None, description="Env var names captured at submit.")
+    pickle_by_value: list[str] | None = Field(
+        default=None,
+        description="Modules shipped with the function (by value) because the image lacks them.",
+    )
     tags: dict[str, str] | None = Field(default=None, description="Tags added to every job.")
     signing_key: SecretStr | None = Field(
         default=None, description="HMAC key that signs payloads and results (keep it secret)."
     )
 
     def to_target(self) -> kc.Target:
-        """The block as a (not yet resolved) ``kinetic_core.Target``; raises ConfigError if invalid."""
+        """The block as a (not yet resolved) ``kinetic_core.Target``; raises ConfigError if
+        invalid. A ``kubeconfig_content`` becomes a private file whose path the Target names."""
         data: dict[str, Any] = {
             name: getattr(self, name)
-            for name in (
-                "backend",
-                "storage",
-                "namespace",
-                "image",
-                "accelerator",
-                "spot",
-                "service_account",
-                "kube_context",
-                "project",
-                "resources",
-                "life_span",
-                "schedule_timeout",
-                "poll_interval",
-                "env",
-                "tags",
-            )
-            if getattr(self, name) is not None
+            for name in TARGET_OPTIONS
+            if getattr(self, name, None) is not None
         }
         if self.signing_key is not None:
             data["signing_key"] = self.signing_key.get_secret_value()
+        if self.kubeconfig_content is not None:
+            if self.kubeconfig is not None:
+                raise kc.ConfigError(
+                    "Set either kubeconfig (a file path) or kubeconfig_content (the YAML) "
+                    "in the KineticConfig block, not both."
+                )
+            data["kubeconfig"] = kubeconfig_file(self.kubeconfig_content.get_secret_value())
         target = kc.Target.from_dict(data)
         target.validate()
         return target
+
+
+#: Target options a block field carries as plain values (secrets are handled above).
+TARGET_OPTIONS = tuple(
+    f.name
+    for f in dataclasses.fields(kc.Target)
+    if f.name in KineticConfig.model_fields and f.name != "signing_key"
+)

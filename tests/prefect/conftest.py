@@ -24,7 +24,8 @@ from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
 @pytest.fixture(scope="session", autouse=True)
 def prefect_server() -> Iterator[None]:
-    with prefect_test_harness(server_startup_timeout=120):
+    # Generous: on a loaded 2-core machine the server has needed over 100 s to start.
+    with prefect_test_harness(server_startup_timeout=300):
         yield
 
 

@@ -56,3 +56,14 @@ def maybe_fail(x: int) -> int:
     if x % 3 == 0:
         raise ValueError(f"bad input {x}")
     return x * x
+
+
+def wait_for_release(workdir: str, value: int) -> int:
+    """Records its pid in ``workdir/pids``, then waits (at most 120 s) for ``workdir/release``."""
+    folder = Path(workdir)
+    with open(folder / "pids", "a") as fh:
+        fh.write(f"{os.getpid()}\n")
+    deadline = time.monotonic() + 120
+    while not (folder / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return value * 2
