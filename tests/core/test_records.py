@@ -189,7 +189,6 @@ def test_reading_works_on_read_only_storage(storage_uri: str, tmp_path: Path) ->
             capture_output=True,
             text=True,
             timeout=90,
-            env={**os.environ, "KINETIC_LOG_LEVEL": "DEBUG"},
         )
         assert out.returncode == 0, out.stderr
         got = json.loads(out.stdout.strip().splitlines()[-1])
