@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from kinetic_core import layout, signing
+from kinetic_core.backends import Backend
 from kinetic_core.config import Target
 from kinetic_core.errors import (
     CorruptRecord,
@@ -32,7 +33,7 @@ from kinetic_core.payload import load_envelope, rebuild_exception
 from kinetic_core.polling import Until, in_thread, poll_ticks, shared_poller, wait_states
 from kinetic_core.records import decide, try_write_record
 from kinetic_core.states import JobState, JobStatus
-from kinetic_core.status import backend_for, resolve_states
+from kinetic_core.status import backend_for, resolve_states, running
 from kinetic_core.storage import Storage, open_storage
 
 __all__ = ["JobHandle", "attach", "list_jobs", "load_handle"]
@@ -259,12 +260,11 @@ class JobHandle:
         backend = backend_for(self)
         backend.cancel(self.job_id)
         if wait > 0:
-            self._wait_stopped(wait)
+            self._wait_stopped(backend, wait)
         return True
 
-    def _wait_stopped(self, timeout: float) -> None:
+    def _wait_stopped(self, backend: Backend, timeout: float) -> None:
         """Until the backend no longer runs the job (its processes are gone), bounded."""
-        backend = backend_for(self)
         try:
             for _ in poll_ticks(
                 interval=1.0,
@@ -272,8 +272,7 @@ class JobHandle:
                 describe=lambda: f"the processes of cancelled job {self.job_id} to stop",
                 watching=lambda: [self],
             ):
-                phase = backend.poll([self.job_id])[self.job_id].phase
-                if phase not in ("pending", "running"):
+                if not running(backend.poll([self.job_id])[self.job_id]):
                     return
         except WaitTimeout as exc:
             log.warning("kinetic: %s", exc)

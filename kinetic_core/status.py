@@ -49,6 +49,11 @@ class JobRef(Protocol):
     def attempt(self) -> int: ...
 
 
+def running(b: BackendState) -> bool:
+    """The backend still runs (or will run) the job's processes."""
+    return b.phase in ("pending", "running")
+
+
 def backend_for(ref: JobRef) -> Backend:
     return get_backend(Target.from_stored(ref.target))
 
@@ -112,8 +117,7 @@ def _resolve_one(
         )
 
     outcome = read_outcome(storage, ref.job_id)
-    active = b.phase in ("pending", "running")
-    if outcome is not None and not (active and outcome.get("by") == BY_RUNNER):
+    if outcome is not None and not (running(b) and outcome.get("by") == BY_RUNNER):
         return decided(outcome)
     if b.phase == "pending":
         limit = ref.target.get("schedule_timeout")
