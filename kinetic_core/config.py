@@ -38,6 +38,9 @@ class Target:
     resources: dict[str, Any] | None = None
     service_account: str | None = None
     kube_context: str | None = None
+    kubeconfig: str | None = (
+        None  # path of a kubeconfig file (default: $KUBECONFIG, ~/.kube/config)
+    )
     in_cluster: bool | None = None
     node_selector: dict[str, str] | None = None
     tolerations: list[dict[str, Any]] | None = None

@@ -188,8 +188,11 @@ class SharedPoller:
 
     async def wait(self, ref: Any, timeout: float | None = None) -> JobState:
         """Until the job is terminal. WaitTimeout after ``timeout``; the job keeps running."""
+        waiting = on_background_loop(self._wait(ref))
+        if timeout is None:
+            return await waiting  # no wait_for: one task fewer per waiter
         try:
-            return await asyncio.wait_for(on_background_loop(self._wait(ref)), timeout)
+            return await asyncio.wait_for(waiting, timeout)
         except TimeoutError:
             raise WaitTimeout(
                 f"Timed out after {timeout:g}s waiting for job {ref.job_id}; it keeps running."

@@ -99,6 +99,7 @@ def get_backend(target: Target) -> Backend:
             "storage",
             "local_dir",
             "kube_context",
+            "kubeconfig",
             "in_cluster",
             "namespace",
             "project",

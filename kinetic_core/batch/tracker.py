@@ -38,7 +38,7 @@ class BatchProgress:
         return self.finished / max(self.total, 1)
 
     def describe(self) -> str:
-        parts = ", ".join(f"{s.value.lower()}={n}" for s, n in sorted(self.counts.items()))
+        parts = ", ".join(f"{s.value.lower()}: {n}" for s, n in sorted(self.counts.items()))
         return f"{self.finished}/{self.total} finished ({parts})"
 
 

@@ -55,7 +55,7 @@ def test_afollow_logs_stops_when_until_says_so_and_leaves_the_job_running(
     assert stream.stopped and stream.state is None and len(asked) == 3
     assert job.status() is kc.JobStatus.RUNNING
     assert asyncio.run(job.acancel()) is True
-    assert job.state().status is kc.JobStatus.CANCELLED
+    assert job.wait(timeout=30).status is kc.JobStatus.CANCELLED
     assert asyncio.run(job.acancel()) is False  # already final
 
 
@@ -135,7 +135,7 @@ def test_aas_completed_timeout_is_wait_timeout(storage_uri: str) -> None:
     with pytest.raises(kc.WaitTimeout, match="keeps running"):
         asyncio.run(drain())
     asyncio.run(batch.acancel())
-    assert batch.statuses() == [kc.ChildStatus.CANCELLED]
+    assert batch.wait(timeout=30) == [kc.ChildStatus.CANCELLED]
 
 
 @pytest.mark.timeout(60)

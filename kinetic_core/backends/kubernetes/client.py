@@ -96,6 +96,7 @@ class KubeClient:
     def __init__(self, target: Target) -> None:
         self.namespace = target.namespace or DEFAULT_NAMESPACE
         self.context = target.kube_context
+        self.kubeconfig = target.kubeconfig
         self.in_cluster = bool(target.in_cluster)
         self._api: Any = None
         self._lock = threading.Lock()
@@ -117,10 +118,11 @@ class KubeClient:
                         config.load_incluster_config(client_configuration=cfg)
                         self._api = client.ApiClient(cfg)
                     else:  # KUBECONFIG read now, not when the client module was imported
+                        default = os.environ.get("KUBECONFIG", "~/.kube/config")
                         self._api = config.new_client_from_config(
-                            config_file=os.environ.get("KUBECONFIG", "~/.kube/config").split(
-                                os.pathsep
-                            )[0],
+                            config_file=os.path.expanduser(
+                                self.kubeconfig or default.split(os.pathsep)[0]
+                            ),
                             context=self.context,
                         )
                     self._api.user_agent = USER_AGENT
@@ -128,7 +130,8 @@ class KubeClient:
                     where = "in-cluster" if self.in_cluster else f"context {self.where}"
                     raise ConfigError(
                         f"Cannot load Kubernetes credentials ({where}): {exc}. "
-                        "Check KUBECONFIG / kube_context, or set in_cluster=True inside a pod."
+                        "Check kubeconfig (or KUBECONFIG) and kube_context, or set in_cluster=True "
+                        "inside a pod."
                     ) from exc
             return self._api
 
