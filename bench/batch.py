@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-RECORDS = ("handle.json", "started.json", "finished.json", "stop.json", "collected.json")
+RECORDS = ("handle.json", "started.json", "finished.json", "outcome.json", "collected.json")
 WAITER = "bench-waiter"
 
 ATTACH_CODE = """

@@ -81,6 +81,13 @@ class Target:
         return cls(**data)
 
     @classmethod
+    def from_stored(cls, data: dict[str, Any]) -> Target:
+        """A target read back from storage (a handle, a batch manifest): options this
+        version does not know, written by a newer one, are ignored instead of refused."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
     def from_json(cls, text: str) -> Target:
         return cls.from_dict(json.loads(text))
 
@@ -125,9 +132,9 @@ class Target:
         return resolved
 
     def validate(self) -> None:
-        if self.backend is not None and self.backend not in BACKENDS:
+        if self.backend is not None and self.backend not in registry.BACKENDS:
             raise ConfigError(
-                f"Unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)} "
+                f"Unknown backend {self.backend!r}; choose one of {', '.join(registry.BACKENDS)} "
                 "(argument backend= or KINETIC_BACKEND)."
             )
         for name in ("life_span", "schedule_timeout", "poll_interval"):

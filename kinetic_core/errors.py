@@ -46,6 +46,23 @@ class JobNotFound(KineticError, LookupError):
     """No job with that id exists under the storage root."""
 
 
+class CorruptRecord(JobNotFound, StorageError):
+    """A stored record (e.g. ``handle.json``) is unreadable, forged, or belongs to another
+    job or storage: it is not acted on. ``path`` names the file; the message says what to do."""
+
+    def __init__(self, message: str, *, job_id: str = "", path: str = "") -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_corrupt_record, (str(self), self.job_id, self.path))
+
+
+def _corrupt_record(message: str, job_id: str, path: str) -> CorruptRecord:
+    return CorruptRecord(message, job_id=job_id, path=path)
+
+
 class PayloadIntegrityError(KineticError):
     """An envelope failed its checksum or signature check; it was not unpickled."""
 

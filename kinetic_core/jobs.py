@@ -9,26 +9,40 @@ Every method that waits or does I/O has an async twin named with an ``a`` prefix
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from kinetic_core import layout
+from kinetic_core import layout, signing
+from kinetic_core.backends import Backend
 from kinetic_core.config import Target
-from kinetic_core.errors import JobCancelled, JobFailed, JobNotFound, ResultNotAvailable
+from kinetic_core.errors import (
+    CorruptRecord,
+    JobCancelled,
+    JobFailed,
+    JobNotFound,
+    KineticError,
+    ResultNotAvailable,
+    WaitTimeout,
+)
 from kinetic_core.ids import validate_id
 from kinetic_core.logs import LogStream
 from kinetic_core.payload import load_envelope, rebuild_exception
-from kinetic_core.polling import Until, in_thread, shared_poller, wait_states
-from kinetic_core.records import write_record, write_stop
+from kinetic_core.polling import Until, in_thread, poll_ticks, shared_poller, wait_states
+from kinetic_core.records import decide, try_write_record
 from kinetic_core.states import JobState, JobStatus
-from kinetic_core.status import backend_for, resolve_states
+from kinetic_core.status import backend_for, resolve_states, running
 from kinetic_core.storage import Storage, open_storage
 
 __all__ = ["JobHandle", "attach", "list_jobs", "load_handle"]
 
+log = logging.getLogger(__name__)
+
 HANDLE_VERSION = 1
+#: How long ``cancel()`` waits by default for the job's processes to stop.
+CANCEL_WAIT = 30.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,14 @@ class JobHandle:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+    def record(self) -> bytes:
+        """What ``handle.json`` holds: ``to_dict()``, signed (``hmac``) when a signing key
+        is set, so a reader with the key refuses an edited or forged handle."""
+        data = self.to_dict()
+        if self._key:
+            data["hmac"] = signing.mac(self._key, data)
+        return json.dumps(data, sort_keys=True).encode()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, signing_key: str | None = None) -> JobHandle:
@@ -207,23 +229,53 @@ class JobHandle:
 
     def mark_collected(self) -> None:
         """Record that the result was delivered without reading it (e.g. the caller passed
-        a reference on). An idempotent submit with this job's key then starts a new attempt."""
-        write_record(self._storage(), self.job_id, layout.COLLECTED)
+        a reference on). An idempotent submit with this job's key then starts a new attempt.
+
+        Best effort: on read-only storage it is logged, not raised (reading must work with
+        read-only credentials)."""
+        try_write_record(self._storage(), self.job_id, layout.COLLECTED)
 
     # ---- stop -----------------------------------------------------------------------------
-    def cancel(self) -> bool:
-        """Cancel the job (durably: other processes see CANCELLED). False if already finished."""
+    def cancel(self, *, wait: float = CANCEL_WAIT) -> bool:
+        """Cancel the job durably. True only if this call decided that the job ends
+        CANCELLED: from its return on every reader sees CANCELLED (the state is final at
+        once). False if the job had already ended or another decider came first (its
+        function returned, a deadline, another cancel); that outcome stays.
+
+        Waits up to ``wait`` seconds for the job's processes to stop (0: return at once).
+        """
         if self.done():
             return False
-        write_stop(
-            self._storage(),
+        storage = self._storage()
+        won, _ = decide(
+            storage,
             self.job_id,
             JobStatus.CANCELLED.value,
             "Cancelled",
             f"cancelled from {socket.gethostname()}",
+            by="cancel",
         )
-        backend_for(self).cancel(self.job_id)
+        if not won:
+            return False
+        backend = backend_for(self)
+        backend.cancel(self.job_id)
+        if wait > 0:
+            self._wait_stopped(backend, wait)
         return True
+
+    def _wait_stopped(self, backend: Backend, timeout: float) -> None:
+        """Until the backend no longer runs the job (its processes are gone), bounded."""
+        try:
+            for _ in poll_ticks(
+                interval=1.0,
+                timeout=timeout,
+                describe=lambda: f"the processes of cancelled job {self.job_id} to stop",
+                watching=lambda: [self],
+            ):
+                if not running(backend.poll([self.job_id])[self.job_id]):
+                    return
+        except WaitTimeout as exc:
+            log.warning("kinetic: %s", exc)
 
     acancel = in_thread(cancel)
 
@@ -235,8 +287,7 @@ class JobHandle:
         files under its output dir (off by default: they are usually the point).
         """
         if backend:
-            if not self.done():
-                self.cancel()
+            self.cancel()  # False (and nothing done) when it already ended
             backend_for(self).delete(self.job_id)
         if storage:
             st = self._storage()
@@ -252,15 +303,61 @@ class JobHandle:
 
 
 def load_handle(storage: Storage, job_id: str, signing_key: str | None = None) -> JobHandle:
+    """The handle stored for ``job_id``. It must name that job and that storage root and,
+    when a signing key is set (argument or ``KINETIC_SIGNING_KEY``), carry a valid
+    signature; otherwise CorruptRecord (a JobNotFound) says which file and what to do."""
     validate_id(job_id)
+    key = layout.job_file(job_id, layout.HANDLE)
     try:
-        raw = storage.read_bytes(layout.job_file(job_id, layout.HANDLE))
+        raw = storage.read_bytes(key)
     except FileNotFoundError:
         raise JobNotFound(
             f"No job {job_id!r} under {storage.uri}. Check the id, and that KINETIC_STORAGE "
             "(or storage=) points at the storage the job was submitted to."
         ) from None
-    return JobHandle.from_json(raw.decode(), signing_key=signing_key)
+    where = storage.location(key)
+    signing_key = signing_key or os.environ.get("KINETIC_SIGNING_KEY") or None
+
+    def corrupt(problem: str) -> CorruptRecord:
+        return CorruptRecord(
+            f"{where} {problem}: it is not acted on. If the job is yours, inspect the file; "
+            f"to drop the job, delete {storage.location(layout.job_dir(job_id))}.",
+            job_id=job_id,
+            path=where,
+        )
+
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise corrupt("is not valid JSON (truncated or garbled)") from None
+    if not isinstance(data, dict):
+        raise corrupt("is not a JSON object")
+    signature = data.pop("hmac", None)
+    if signing_key and not signing.valid(signing_key, data, signature):
+        raise corrupt(
+            "is unsigned or has an invalid signature (edited, forged, or written with another "
+            "KINETIC_SIGNING_KEY)"
+        )
+    if data.get("job_id") != job_id:
+        raise corrupt(f"names job {data.get('job_id')!r}, not the job of its folder")
+    target = data.get("target")
+    stored = [data.get("storage"), target.get("storage") if isinstance(target, dict) else None]
+    if not all(s is None or _same_root(s, storage.uri) for s in stored) or stored[0] is None:
+        raise corrupt(
+            f"points at storage {stored[0]!r} (target {stored[1]!r}), not at {storage.uri!r} "
+            "where it is stored"
+        )
+    try:
+        return JobHandle.from_dict(data, signing_key=signing_key)
+    except (TypeError, ValueError, KineticError) as exc:
+        raise corrupt(f"cannot be loaded ({exc})") from None
+
+
+def _same_root(a: str, b: str) -> bool:
+    """Two storage URIs name one root (file:// paths compared after resolving links)."""
+    if a.startswith("file://") and b.startswith("file://"):
+        return os.path.realpath(a[len("file://") :]) == os.path.realpath(b[len("file://") :])
+    return a.rstrip("/") == b.rstrip("/")
 
 
 def attach(job_id: str, *, target: Target | dict[str, Any] | None = None) -> JobHandle:
@@ -278,14 +375,23 @@ def list_jobs(
     until: float | None = None,
     limit: int | None = None,
     target: Target | dict[str, Any] | None = None,
+    errors: list[CorruptRecord] | None = None,
 ) -> list[JobHandle]:
-    """Jobs under the storage root, newest first, filtered by tags/name/time/status."""
+    """Jobs under the storage root, newest first, filtered by tags/name/time/status.
+
+    A job whose ``handle.json`` is broken or forged never hides the others: it is left
+    out, appended to ``errors`` when given (one CorruptRecord per job) and logged."""
     resolved = Target.coerce(target).resolve()
     storage = open_storage(resolved.storage or "")
     handles = []
     for job_id in storage.list_names(layout.JOBS):
         try:
             handle = load_handle(storage, job_id, resolved.signing_key)
+        except CorruptRecord as exc:
+            log.warning("kinetic: skipping job %s: %s", job_id, exc)
+            if errors is not None:
+                errors.append(exc)
+            continue
         except (JobNotFound, ValueError, TypeError):
             continue  # a job being submitted right now, or a stray folder
         if name is not None and handle.name != name:

@@ -5,7 +5,8 @@ jobs/{job_id}/handle.json        the JobHandle, create-only: the lock that decid
 jobs/{job_id}/payload.pkl        call envelope
 jobs/{job_id}/started.json       runner started        (records, see records.py)
 jobs/{job_id}/finished.json      runner finished
-jobs/{job_id}/stop.json          cancel / deadline marker, create-only
+jobs/{job_id}/outcome.json       how the job ended, create-only: the first decider wins
+jobs/{job_id}/stop.json          (read only: the stop marker of older versions)
 jobs/{job_id}/collected.json     the result was delivered
 jobs/{job_id}/result.pkl         result envelope, create-only
 jobs/{job_id}/output.log         the job's log, kept once the backend deletes its own copy
@@ -36,7 +37,8 @@ PAYLOAD = "payload.pkl"
 RESULT = "result.pkl"
 STARTED = "started.json"
 FINISHED = "finished.json"
-STOP = "stop.json"
+STOP = "stop.json"  # written by older versions; read as evidence
+OUTCOME = "outcome.json"
 COLLECTED = "collected.json"
 LOG = "output.log"
 # What cleanup(storage=True) deletes: the envelopes. The records stay as a tombstone.

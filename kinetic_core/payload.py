@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import cloudpickle
 
+from kinetic_core import signing
 from kinetic_core.errors import PayloadIntegrityError, SerializationError
 from kinetic_core.storage import Storage
 
@@ -79,13 +80,13 @@ def _hash_stream(fh: IO[bytes], length: int) -> tuple[str, int]:
     return sha.hexdigest(), remaining
 
 
-def _signed_fields(header: dict[str, Any]) -> bytes:
-    keys = ("format", "kind", "job_id", "sha256", "body_len", "success")
-    return json.dumps({k: header.get(k) for k in keys}, sort_keys=True).encode()
+# The storage root is signed too: a signed envelope copied to another root (where the
+# same job id exists, e.g. one idempotency key on two roots) is refused.
+_SIGNED = ("format", "kind", "job_id", "storage", "sha256", "body_len", "success")
 
 
-def _mac(signing_key: str, header: dict[str, Any]) -> str:
-    return hmac.new(signing_key.encode(), _signed_fields(header), hashlib.sha256).hexdigest()
+def _signed_fields(header: dict[str, Any]) -> dict[str, Any]:
+    return {k: header.get(k) for k in _SIGNED}
 
 
 def dump_envelope(
@@ -95,10 +96,12 @@ def dump_envelope(
     kind: str,
     job_id: str,
     signing_key: str | None,
+    storage: str,
     success: bool | None = None,
     by_value: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """Stream ``obj`` as an envelope into ``fh``; return the header written.
+    """Stream ``obj`` as an envelope into ``fh``; return the header written. ``storage``
+    is the normalized URI of the root it is written to (bound by the signature).
 
     Raises SerializationError naming what could not be pickled.
     """
@@ -121,6 +124,7 @@ def dump_envelope(
         "format": FORMAT_VERSION,
         "kind": kind,
         "job_id": job_id,
+        "storage": storage,
         "sha256": writer.sha.hexdigest(),
         "body_len": writer.size,
         "success": success,
@@ -129,7 +133,7 @@ def dump_envelope(
         "hmac": None,
     }
     if signing_key:
-        header["hmac"] = _mac(signing_key, header)
+        header["hmac"] = signing.mac(signing_key, _signed_fields(header))
     raw = json.dumps(header).encode()
     fh.write(raw + _TRAILER.pack(len(raw)) + MAGIC)
     return header
@@ -188,7 +192,7 @@ def verify(fh: IO[bytes], header: dict[str, Any], *, where: str, signing_key: st
                 f"{where} is unsigned but a signing key is configured: refusing to load it. "
                 "Resubmit the job with the same KINETIC_SIGNING_KEY set on the submitting side."
             )
-        if not hmac.compare_digest(header["hmac"], _mac(signing_key, header)):
+        if not signing.valid(signing_key, _signed_fields(header), header["hmac"]):
             raise PayloadIntegrityError(
                 f"{where} has an invalid signature: it was forged, tampered with, or signed with "
                 "another key. Check that both sides use the same KINETIC_SIGNING_KEY."
@@ -236,6 +240,13 @@ def load_envelope(
                 f"expected a {kind} envelope for {job_id!r}: it was copied from another job."
             )
         verify(fh, header, where=where, signing_key=signing_key)
+        if signing_key and header.get("storage") != storage.uri:
+            raise PayloadIntegrityError(
+                f"{where} is a {kind} envelope of job {job_id!r} signed for storage "
+                f"{header.get('storage')!r}, but it was read from {storage.uri!r}: it was copied "
+                "between storage roots. Read the job from the storage it ran against, or "
+                "resubmit it here."
+            )
         fh.seek(0)
         return header, pickle.load(fh)
 

@@ -24,7 +24,7 @@ from kinetic_core.payload import (
     skew_note,
     success_body,
 )
-from kinetic_core.records import write_record
+from kinetic_core.records import BY_RUNNER, decide, read_outcome, write_record
 from kinetic_core.storage import Storage, open_storage
 
 
@@ -56,10 +56,12 @@ def run_job(storage_uri: str, job_id: str) -> int:
     validate_id(job_id)
     storage = open_storage(storage_uri)
     signing_key = os.environ.get("KINETIC_SIGNING_KEY") or None
-    if storage.exists(layout.job_file(job_id, layout.STOP)):
-        # Cancelled before its process could be signalled (e.g. while being submitted).
-        print(f"kinetic: job {job_id} was stopped before it started", file=sys.stderr)
-        return 0
+    decided = read_outcome(storage, job_id)
+    if decided is not None:  # cancelled (or stopped) before it started: run nothing
+        print(
+            f"kinetic: job {job_id} is already {decided['status']}; not running it", file=sys.stderr
+        )
+        return 1
     write_record(storage, job_id, layout.STARTED, event="started")
     phase = "load"
     try:
@@ -95,7 +97,13 @@ def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str
     def write(b: dict[str, Any]) -> None:
         with storage.open_write(key, create_only=True) as fh:
             dump_envelope(
-                fh, b, kind="result", job_id=job_id, signing_key=signing_key, success=b["success"]
+                fh,
+                b,
+                kind="result",
+                job_id=job_id,
+                signing_key=signing_key,
+                storage=storage.uri,
+                success=b["success"],
             )
 
     try:
@@ -116,6 +124,21 @@ def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str
     }
     if not body["success"]:
         summary["error"] = f"{body['exc_type'].rsplit('.', 1)[-1]}: {body['exc_message']}"[:500]
+    status, reason = ("SUCCEEDED", None) if body["success"] else ("FAILED", "Error")
+    won, winner = decide(
+        storage,
+        job_id,
+        status,
+        reason,
+        summary.get("error"),
+        by=BY_RUNNER,
+        exit_code=summary["exit_code"],
+    )
+    if not won:  # a cancel or a deadline decided first: that is how this job ends
+        print(
+            f"kinetic: job {job_id} was already {(winner or {}).get('status')}; its result is not used",
+            file=sys.stderr,
+        )
     write_record(storage, job_id, layout.FINISHED, event="finished", **summary)
 
 

@@ -1,23 +1,32 @@
 """THE status resolution: storage evidence + backend state + deadlines, in one place.
 
-Order of truth: a finished record / result envelope in storage decides SUCCEEDED or
-FAILED; a stop marker (cancel, deadline) decides CANCELLED or FAILED; otherwise the
-backend's state, checked against ``schedule_timeout`` and ``life_span``; a job the
-backend lost without a result is FAILED with reason ``Lost``. Backends are asked in
+Order of truth: the job's ``outcome.json`` (created once by whoever decided first: the
+runner, ``cancel()``, a deadline, or a resolution that sealed what it saw) decides, and
+once it exists the terminal state never changes; a job whose runner decided but whose
+process is still exiting reads RUNNING until it is gone. Without an outcome: the
+backend's state, checked against ``schedule_timeout`` and ``life_span``; then a finished
+record / result envelope (SUCCEEDED or FAILED); a backend exit; a job the backend lost
+without a result is FAILED with reason ``Lost``. A terminal state found without an
+outcome is sealed into one (best effort: read-only storage cannot). Backends are asked in
 bulk: one ``poll`` per backend scope for all jobs passed in.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from kinetic_core.backends import Backend, BackendState, get_backend
 from kinetic_core.config import Target
-from kinetic_core.records import Evidence, read_evidence, write_stop
+from kinetic_core.errors import KineticError
+from kinetic_core.records import BY_RUNNER, Evidence, decide, read_evidence, read_outcome
 from kinetic_core.states import JobState, JobStatus, timestamp
 from kinetic_core.storage import Storage, open_storage
+
+log = logging.getLogger(__name__)
 
 # A job whose handle exists but that no backend knows yet is still being submitted.
 SUBMIT_GRACE = 120.0
@@ -40,8 +49,13 @@ class JobRef(Protocol):
     def attempt(self) -> int: ...
 
 
+def running(b: BackendState) -> bool:
+    """The backend still runs (or will run) the job's processes."""
+    return b.phase in ("pending", "running")
+
+
 def backend_for(ref: JobRef) -> Backend:
-    return get_backend(Target.from_dict(ref.target))
+    return get_backend(Target.from_stored(ref.target))
 
 
 def resolve_states(refs: list[Any], *, enforce: bool = True) -> list[JobState]:
@@ -94,36 +108,82 @@ def _resolve_one(
             collected=status is JobStatus.SUCCEEDED and ev.collected is not None,
         )
 
-    target = ref.target
+    def decided(outcome: dict[str, Any]) -> JobState:
+        ev = read_evidence(storage, ref.job_id)
+        if ev.finished is None:  # a stop, or a seal: the outcome carries the evidence
+            ev.finished = {"at": outcome.get("at"), "exit_code": outcome.get("exit_code")}
+        return state(
+            JobStatus(outcome["status"]), outcome.get("reason"), outcome.get("message"), ev
+        )
+
+    outcome = read_outcome(storage, ref.job_id)
+    if outcome is not None and not (running(b) and outcome.get("by") == BY_RUNNER):
+        return decided(outcome)
     if b.phase == "pending":
-        limit = target.get("schedule_timeout")
-        if enforce and limit and now - ref.created_at > limit:
-            return _stop(
+        limit = ref.target.get("schedule_timeout")
+        if enforce and outcome is None and limit and now - ref.created_at > limit:
+            stopped = _stop(
                 storage,
                 backend,
                 ref,
-                state,
+                decided,
                 JobStatus.FAILED,
                 "ScheduleTimeout",
                 f"still pending after schedule_timeout={limit:g}s"
                 + (f" ({b.reason}: {b.message})" if b.reason else ""),
             )
+            if stopped is not None:
+                return stopped
         return state(JobStatus.PENDING, b.reason, b.message)
     if b.phase == "running":
-        limit = target.get("life_span")
-        if enforce and limit and b.started_at and now - b.started_at > limit + DEADLINE_GRACE:
-            return _stop(
+        limit = ref.target.get("life_span")
+        if (
+            enforce
+            and outcome is None
+            and limit
+            and b.started_at
+            and now - b.started_at > limit + DEADLINE_GRACE
+        ):
+            stopped = _stop(
                 storage,
                 backend,
                 ref,
-                state,
+                decided,
                 JobStatus.FAILED,
                 "DeadlineExceeded",
                 f"ran longer than life_span={limit:g}s",
             )
+            if stopped is not None:
+                return stopped
         return state(JobStatus.RUNNING, b.reason, b.message)
 
     ev = read_evidence(storage, ref.job_id)
+    found = _from_evidence(ref, b, ev, now, state)
+    if not found.terminal:
+        return found
+    # Seal what we saw, so a late decider (a cancel, a runner) cannot change it.
+    try:
+        won, winner = decide(
+            storage,
+            ref.job_id,
+            found.status.value,
+            found.reason,
+            found.message,
+            by="status",
+            exit_code=found.exit_code,
+        )
+    except (KineticError, OSError) as exc:
+        log.debug(
+            "kinetic: cannot seal the outcome of %s (read-only storage?): %s", ref.job_id, exc
+        )
+        return found
+    return found if won or winner is None else decided(winner)
+
+
+def _from_evidence(
+    ref: JobRef, b: BackendState, ev: Evidence, now: float, state: Callable[..., JobState]
+) -> JobState:
+    """The state of a job the backend no longer runs, from what storage holds."""
     if ev.finished is not None:
         if ev.finished.get("success"):
             return state(JobStatus.SUCCEEDED, None, None, ev)
@@ -156,11 +216,17 @@ def _stop(
     storage: Storage,
     backend: Backend,
     ref: JobRef,
-    state: Any,
+    decided: Callable[[dict[str, Any]], JobState],
     status: JobStatus,
     reason: str,
     message: str,
-) -> JobState:
-    write_stop(storage, ref.job_id, status.value, reason, message)
+) -> JobState | None:
+    """Decide a limit's outcome and stop the job. None when the runner decided first
+    (its process is finishing on its own)."""
+    won, winner = decide(storage, ref.job_id, status.value, reason, message, by="limit")
+    if not won and winner is not None and winner.get("by") == BY_RUNNER:
+        return None
     backend.cancel(ref.job_id)
-    return state(status, reason, message)
+    if won or winner is None:  # None: unreadable winner; the limit was passed all the same
+        winner = {"status": status.value, "reason": reason, "message": message}
+    return decided(winner)

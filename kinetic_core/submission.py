@@ -166,13 +166,14 @@ class _Submission:
                         kind="call",
                         job_id=job_id,
                         signing_key=self.target.signing_key,
+                        storage=storage.uri,
                         by_value=self.by_value,
                     )
                     if submitting:  # before the handle exists, after storage proved writable
                         marked.enter_context(submitting(job_id))
                     storage.write_bytes(
                         layout.job_file(job_id, layout.HANDLE),
-                        handle.to_json().encode(),
+                        handle.record(),
                         create_only=True,
                     )
                     created = True

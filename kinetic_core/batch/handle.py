@@ -118,19 +118,37 @@ class BatchHandle:
     def submission_failures(self) -> dict[int, BaseException]:
         return self.records.submission_failures()
 
+    def _latest(self) -> tuple[list[JobHandle | None], list[JobState | None]]:
+        """Latest attempt of each input and its state, from one bulk poll. A failed
+        attempt may have been retried since by another process (a keyed resubmission):
+        its child record is re-read then, and the newer attempt reported."""
+        jobs = self.jobs
+        submitted = [i for i, j in enumerate(jobs) if j is not None]
+        found = resolve_states([jobs[i] for i in submitted]) if submitted else []
+        states: dict[int, JobState] = dict(zip(submitted, found, strict=True))
+        moved: list[int] = []
+        for i, state in states.items():
+            if state.status is JobStatus.FAILED:
+                rec = self.records.reload(i)
+                if rec is not None and rec.attempts and rec.attempts[-1] != state.job_id:
+                    jobs[i] = self.records.handle(rec.attempts[-1])
+                    moved.append(i)
+        if moved:
+            again = resolve_states([j for i in moved if (j := jobs[i]) is not None])
+            states.update(zip(moved, again, strict=True))
+        return jobs, [states.get(i) for i in range(len(jobs))]
+
     def statuses(self) -> list[ChildStatus]:
         """One status per input, from one bulk poll."""
-        jobs = self.jobs
-        submitted = [j for j in jobs if j is not None]
-        states = iter(resolve_states(submitted)) if submitted else iter(())
+        _, states = self._latest()
         failed = self.submission_failures
         return [
-            ChildStatus.of(next(states).status)
-            if j is not None
+            ChildStatus.of(s.status)
+            if s is not None
             else ChildStatus.SUBMIT_FAILED
             if i in failed
             else ChildStatus.UNSUBMITTED
-            for i, j in enumerate(jobs)
+            for i, s in enumerate(states)
         ]
 
     def status_counts(self) -> dict[ChildStatus, int]:
@@ -143,23 +161,16 @@ class BatchHandle:
 
     def failures(self) -> list[JobHandle]:
         """Children whose final state is FAILED or CANCELLED (correct after cleanup too)."""
-        jobs = [j for j in self.jobs if j is not None]
-        return [
-            j
-            for j, s in zip(jobs, resolve_states(jobs), strict=True)
-            if s.status in (JobStatus.FAILED, JobStatus.CANCELLED)
-        ]
+        return [f.job for f in self.failed_children() if f.job is not None]
 
     def failed_children(self) -> list[FailedChild]:
         """Every input that did not succeed, in input order: failed or cancelled children
         with their final state, and inputs that were never submitted with the error."""
-        jobs = self.jobs
-        submitted = [(i, j) for i, j in enumerate(jobs) if j is not None]
-        states = resolve_states([j for _, j in submitted]) if submitted else []
+        jobs, states = self._latest()
         out = [
             FailedChild(i, job, state, None)
-            for (i, job), state in zip(submitted, states, strict=True)
-            if state.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+            for i, (job, state) in enumerate(zip(jobs, states, strict=True))
+            if state is not None and state.status in (JobStatus.FAILED, JobStatus.CANCELLED)
         ]
         out += [FailedChild(i, None, None, e) for i, e in self.submission_failures.items()]
         return sorted(out, key=lambda f: f.index)

@@ -33,12 +33,26 @@ def wait_for(path: str) -> None:
         time.sleep(0.05)
 
 
-def gated(value: Any, gate: str | None = None, then_sleep: float = 0.0) -> Any:
-    """Return ``value`` once ``gate`` exists (at once without a gate), after ``then_sleep``."""
-    if gate is not None:
-        wait_for(gate)
-    time.sleep(then_sleep)
-    return value
+def gated(
+    value: Any, gate: str | None = None, then_sleep: float = 0.0, slots: str | None = None
+) -> Any:
+    """Return ``value`` once ``gate`` exists (at once without a gate), after ``then_sleep``.
+
+    With ``slots`` (a directory), the child holds a file there while it runs and records
+    how many children were running at its start in ``{slots}.seen-{value}``."""
+    held = os.path.join(slots, str(value)) if slots else None
+    if held is not None:
+        open(held, "w").close()
+        with open(f"{slots}.seen-{value}", "w") as fh:
+            fh.write(str(len(os.listdir(slots))))
+    try:
+        if gate is not None:
+            wait_for(gate)
+        time.sleep(then_sleep)
+        return value
+    finally:
+        if held is not None:
+            os.unlink(held)
 
 
 def flaky(value: Any, marker_dir: str, always: bool = False) -> Any:

@@ -78,3 +78,20 @@ def split_lines(count: int, pause: float) -> int:
     sys.stdout.write("no newline at the end")
     sys.stdout.flush()
     return count
+
+
+def wait_for_file(path: str, value: Any = None, ready: str = "", timeout: float = 60.0) -> Any:
+    """Return ``value`` as soon as ``path`` exists (a gate the test opens); first create
+    ``ready`` (if given) to say the function is running."""
+    if ready:
+        open(ready, "w").close()
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return value
+
+
+def write_marker(path: str) -> str:
+    with open(path, "w") as fh:
+        fh.write("ran")
+    return path

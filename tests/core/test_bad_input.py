@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -68,10 +69,17 @@ def test_bad_env_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> No
         kc.Target().resolve()
 
 
-def test_negative_wait_timeout_is_immediate_timeout(storage_uri: str) -> None:
-    job = kc.submit(jobfns.sleep, (5,))
-    with pytest.raises(kc.WaitTimeout):
-        job.wait(timeout=0)
+@pytest.mark.parametrize("timeout", [0, -1, -0.5])
+def test_zero_or_negative_wait_timeout_is_immediate_timeout(
+    storage_uri: str, timeout: float
+) -> None:
+    job = kc.submit(jobfns.sleep, (30,))
+    with pytest.raises(kc.WaitTimeout, match="keeps running"):
+        job.wait(timeout=timeout)
+    with pytest.raises(kc.WaitTimeout, match="keeps running"):
+        asyncio.run(job.await_(timeout=timeout))
+    # It returned without waiting for the job (which runs 30 s): the job is not finished.
+    assert not job.state().terminal
     job.cancel()
 
 

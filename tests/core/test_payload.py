@@ -27,7 +27,9 @@ def _write(
 ) -> None:
     storage = open_storage(storage_uri)
     with storage.open_write(key) as fh:
-        dump_envelope(fh, obj, kind="call", job_id=job_id, signing_key=signing_key)
+        dump_envelope(
+            fh, obj, kind="call", job_id=job_id, signing_key=signing_key, storage=storage.uri
+        )
 
 
 def test_round_trip_signed(storage_uri: str) -> None:

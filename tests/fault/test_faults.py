@@ -131,12 +131,15 @@ def test_cancel_kills_process_group_and_reads_cancelled(storage_uri: str, tmp_pa
 
 def test_life_span_exceeded_is_failed_deadline_exceeded(storage_uri: str, tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
-    job = kc.submit(jobfns.pid_then_sleep, (str(pid_file), 60), target={"life_span": 1})
-    state = job.wait(timeout=30)
+    job = kc.submit(jobfns.pid_then_sleep, (str(pid_file), 600), target={"life_span": 1})
+    _wait_for(pid_file.exists, "the job to write its pid")
+    state = job.wait(timeout=60)
     assert state.status is kc.JobStatus.FAILED
     assert state.reason == "DeadlineExceeded"
-    assert "life_span" in (state.message or "")
-    _wait_for(lambda: not _pid_alive(int(pid_file.read_text())), "the runner to be killed")
+    assert "life_span of 1s exceeded" in (state.message or "")  # the supervisor stopped it
+    assert state.exit_code == 128 + signal.SIGTERM  # killed, not returned from its sleep
+    # Once the state is terminal the runner is gone (checked at once, not waited for).
+    assert not _pid_alive(int(pid_file.read_text()))
 
 
 def test_cleanup_of_running_job_cancels_it(storage_uri: str, tmp_path: Path) -> None:
