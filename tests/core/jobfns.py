@@ -52,8 +52,9 @@ def write_output(name: str, text: str) -> str:
 
 
 def pid_then_sleep(path: str, seconds: float) -> None:
-    with open(path, "w") as fh:
+    with open(path + ".tmp", "w") as fh:
         fh.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)  # a reader that sees the file sees the whole pid
     time.sleep(seconds)
 
 
