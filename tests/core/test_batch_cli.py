@@ -233,3 +233,28 @@ def test_cleanup_frees_backend_and_stored_envelopes(
         assert not (own_store / "jobs" / job.job_id / "result.pkl").exists()
     rc, out, _ = cli(capsys, uri, "status", batch.group_id, "--json")
     assert rc == 1 and json.loads(out)["counts"] == {"SUCCEEDED": 1, "FAILED": 1}
+
+
+@pytest.mark.timeout(120)
+def test_children_never_submitted_of_a_cancelled_batch_read_cancelled(
+    own_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = f"file://{own_store}"
+    never = str(tmp_path / "never-opened")
+    batch = kc.submit_map(
+        h.gated, [(i, never) for i in range(3)], target=kc.Target(storage=uri), max_concurrency=1
+    )
+    wait_until(lambda: batch.statuses()[0] == "RUNNING", 60, "the first child running")
+    batch.cancel()
+    batch.wait_submitted(60)
+    assert batch.wait(timeout=60) == [kc.ChildStatus.CANCELLED] * 3
+    attached = kc.attach_batch(batch.group_id, target=kc.Target(storage=uri))
+    assert attached.statuses() == [kc.ChildStatus.CANCELLED] * 3
+    assert attached.status_counts() == {kc.ChildStatus.CANCELLED: 3}
+    assert [f.status for f in attached.failed_children()] == [kc.ChildStatus.CANCELLED] * 3
+    assert [f.job is None for f in attached.failed_children()] == [False, True, True]
+    final = list(attached.progress(timeout=30))[-1]
+    assert final.counts == {kc.ChildStatus.CANCELLED: 3}
+
+    rc, out, _ = cli(capsys, uri, "status", batch.group_id, "--json")
+    assert rc == 1 and json.loads(out)["counts"] == {"CANCELLED": 3}
