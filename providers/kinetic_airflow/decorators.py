@@ -47,7 +47,7 @@ def kinetic_task(
     Keyword arguments that are ``kinetic_core.Target`` fields (accelerator, spot, image,
     life_span, ...) become target overrides; the rest are KineticOperator / BaseOperator arguments.
     """
-    target = dict(kwargs.pop("target", None) or {})
+    target = kc.Target.coerce(kwargs.pop("target", None)).to_dict(include_secrets=True)
     for name in list(kwargs):
         if name in TARGET_FIELDS:
             target[name] = kwargs.pop(name)

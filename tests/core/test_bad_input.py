@@ -163,7 +163,9 @@ def test_full_disk_is_a_storage_error_not_a_pickling_error(
 
 
 @pytest.mark.parametrize("uri", ["file://relative/dir", "file://./here", "file://store"])
-def test_relative_file_uri_is_refused(uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_file_uri_is_refused(
+    uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(kc.ConfigError, match="absolute path") as info:
         kc.Target(storage=uri).resolve()
