@@ -21,7 +21,7 @@ from kinetic_airflow import KineticOperator
 
 import kinetic_core as kc
 
-KEY = "kt-signing-key-never-shown-5d2c9f1e7a"  # as in dags/kinetic_signed_dags.py
+KEY = hashlib.sha256(b"kinetic airflow test signing key").hexdigest()  # dags/kinetic_signed_dags.py
 START = {"schedule": None, "catchup": False}
 
 
