@@ -1,6 +1,6 @@
 """Storage: where handles, envelopes, events and batch records live.
 
-Keys are ``/``-separated paths relative to the storage root (see DESIGN §4 for the
+Keys are ``/``-separated paths relative to the storage root (see docs/concepts.md for the
 layout). Storage knows nothing about backends or payload contents.
 """
 
