@@ -14,7 +14,7 @@ import click
 
 import kinetic_core as kc
 from kinetic_core.cli.batch import batch
-from kinetic_core.cli.common import DONE, USAGE
+from kinetic_core.cli.common import DONE, TIMED_OUT, USAGE
 from kinetic_core.cli.jobs import jobs
 
 #: Exit code when the user interrupts (Ctrl-C), as shells report SIGINT.
@@ -27,6 +27,9 @@ class _Root(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except kc.WaitTimeout as exc:  # --timeout passed: the job runs on
+            click.echo(f"error: {exc}", err=True)
+            return TIMED_OUT
         except kc.KineticError as exc:
             click.echo(f"error: {exc}", err=True)
             return USAGE

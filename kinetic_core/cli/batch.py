@@ -10,15 +10,15 @@ import kinetic_core.cli.render as render
 from kinetic_core.cli.common import (
     DONE,
     JOB_FAILED,
-    TIMED_OUT,
     complete_group_id,
     empty_hint,
     exit_for,
+    json_option,
+    limit_option,
     listable_root,
     target_of,
 )
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 group_id_argument = click.argument("group_id", shell_complete=complete_group_id)
 
 
@@ -28,7 +28,7 @@ def batch() -> None:
 
 
 @batch.command("list")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@limit_option
 @json_option
 @click.pass_context
 def list_(ctx: click.Context, limit: int, as_json: bool) -> int:
@@ -103,9 +103,6 @@ def results(
     handle = kc.attach_batch(group_id, target=target_of(ctx))
     try:
         values = handle.results(cleanup=not keep, timeout=timeout)
-    except kc.WaitTimeout as exc:
-        render.hint(f"error: {exc}")
-        return TIMED_OUT
     except kc.BatchError as exc:
         render.hint(str(exc))
         for child in handle.failed_children():

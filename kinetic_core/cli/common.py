@@ -51,19 +51,28 @@ class KeyValue(click.ParamType):
         return key.strip(), val
 
 
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+limit_option = click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+
+
+def _completions(
+    found: list[Any], attr: str, incomplete: str
+) -> list[click.shell_completion.CompletionItem]:
+    return [
+        click.shell_completion.CompletionItem(getattr(x, attr), help=x.name)
+        for x in found
+        if getattr(x, attr).startswith(incomplete)
+    ]
+
+
 def complete_job_id(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[click.shell_completion.CompletionItem]:
     """Job ids under the storage root, newest first, for shell completion."""
     try:
-        jobs = kc.list_jobs(target=target_of(ctx), limit=200)
+        return _completions(kc.list_jobs(target=target_of(ctx), limit=200), "job_id", incomplete)
     except kc.KineticError:
         return []
-    return [
-        click.shell_completion.CompletionItem(j.job_id, help=j.name)
-        for j in jobs
-        if j.job_id.startswith(incomplete)
-    ]
 
 
 def complete_group_id(
@@ -74,8 +83,4 @@ def complete_group_id(
         batches = kc.list_batches(target=target_of(ctx), limit=200)
     except kc.KineticError:
         return []
-    return [
-        click.shell_completion.CompletionItem(b.group_id, help=b.name)
-        for b in batches
-        if b.group_id.startswith(incomplete)
-    ]
+    return _completions(batches, "group_id", incomplete)

@@ -12,16 +12,16 @@ import kinetic_core.cli.render as render
 from kinetic_core.cli.common import (
     DONE,
     JOB_FAILED,
-    TIMED_OUT,
     KeyValue,
     complete_job_id,
     empty_hint,
     exit_for,
+    json_option,
+    limit_option,
     listable_root,
     target_of,
 )
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 job_id_argument = click.argument("job_id", shell_complete=complete_job_id)
 
 
@@ -34,7 +34,7 @@ def jobs() -> None:
 @click.option("--status", type=click.Choice([s.value for s in kc.JobStatus], case_sensitive=False))
 @click.option("--tag", "tags", type=KeyValue(), multiple=True, help="Only jobs with this tag.")
 @click.option("--name", help="Only jobs with this name.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@limit_option
 @json_option
 @click.pass_context
 def list_(
@@ -123,9 +123,6 @@ def result(
     handle = kc.attach(job_id, target=target_of(ctx))
     try:
         value = handle.result(timeout=timeout, cleanup=not keep)
-    except kc.WaitTimeout as exc:
-        render.hint(f"error: {exc}")
-        return TIMED_OUT
     except (kc.JobFailed, kc.JobCancelled) as exc:
         return _report_failure(handle, exc, as_json)
     except kc.KineticError:

@@ -195,6 +195,10 @@ def test_cancel_then_results(
     )
     batch.wait_submitted(60)
     wait_until(lambda: batch.statuses() == ["RUNNING"] * 3, 60, "3 running children")
+    rc, out, err = cli(capsys, uri, "results", batch.group_id, "--timeout", "0.2")
+    assert rc == 124 and out == "" and err.startswith("error: ")  # the batch runs on
+    rc, out, _ = cli(capsys, uri, "status", batch.group_id, "--json")
+    assert rc == 0 and json.loads(out)["counts"] == {"RUNNING": 3}
 
     rc, out, _ = cli(capsys, uri, "cancel", batch.group_id)
     assert rc == 0 and out.strip() == f"{batch.group_id}: cancel requested"
