@@ -61,7 +61,8 @@ def status(ctx: click.Context, group_id: str, watch: bool, as_json: bool) -> int
         render.emit_json(summary)
         return _exit_for_counts(summary["counts"])
     out = render.console()
-    out.print(render.status_table(summary))
+    out.print(render.status_heading(summary))
+    out.print(render.status_table(summary["counts"]))
     failed = handle.failed_children()
     if failed:
         out.print(render.failed_children_table(failed))

@@ -94,17 +94,21 @@ def batches_table(summaries: list[dict[str, Any]]) -> Table:
     return table
 
 
-def status_table(summary: dict[str, Any]) -> Table:
-    """One row per status with its count, and whether submission finished / cancel asked."""
-    counts: dict[kc.ChildStatus, int] = summary["counts"]
+def status_heading(summary: dict[str, Any]) -> str:
+    """``batch GROUP (name): N inputs, submission complete[, cancel requested]``."""
     flags = [
         "submission complete" if summary["submission_complete"] else "still submitting",
         *(["cancel requested"] if summary["cancel_requested"] else []),
     ]
-    table = Table(
-        title=f"batch {summary['group_id']} ({summary['name']}): {summary['total']} inputs",
-        caption=", ".join(flags),
+    return (
+        f"[bold]batch {summary['group_id']}[/] ({summary['name']}): "
+        f"{summary['total']} inputs, {', '.join(flags)}"
     )
+
+
+def status_table(counts: dict[kc.ChildStatus, int]) -> Table:
+    """One row per status with how many inputs are in it."""
+    table = Table()
     table.add_column("status")
     table.add_column("inputs", justify="right")
     for status, n in sorted(counts.items()):
