@@ -52,8 +52,9 @@ def kinetic_task(
         if name in TARGET_FIELDS:
             target[name] = kwargs.pop(name)
     if target:
-        kc.Target.from_dict(target)
-        kwargs["target"] = target
+        # A Target, not a dict: mapped tasks keep their arguments in the serialized DAG,
+        # and a Target is serialized without its signing key.
+        kwargs["target"] = kc.Target.from_dict(target)
     return task_decorator_factory(
         python_callable=python_callable,
         multiple_outputs=multiple_outputs,

@@ -52,7 +52,7 @@ def with_signing_key(
 ) -> dict[str, Any] | None:
     """The rendered target (a dict, JSON text or None) plus the operator's private key:
     the overrides to resolve the target with. Raises ValueError on malformed JSON."""
-    overrides = json.loads(rendered or "null") if isinstance(rendered, str) else rendered
+    overrides = json.loads(rendered.strip() or "null") if isinstance(rendered, str) else rendered
     refuse_rendered_key(overrides, task_id)
     if not signing_key:
         return overrides

@@ -61,11 +61,11 @@ def test_signing_key_stays_out_of_rendered_fields_xcom_logs_and_handles(
     assert dr.state == "success", {t: ti.state for t, ti in tis.items()}
 
     rendered = _rendered_fields("kt_signed")
-    assert len(rendered) == 3 and all("target" in fields for fields in rendered)
+    assert len(rendered) == 6 and all("target" in fields for fields in rendered)
     assert KEY not in json.dumps(rendered, default=str)
     xcoms = _xcoms("kt_signed")
     results = [x for x in xcoms if isinstance(x, dict)]
-    assert sorted(r["sum"] for r in results) == [5, 9, 70]
+    assert sorted(r["sum"] for r in results) == [5, 9, 11, 22, 70, 71]
     digest = hashlib.sha256(KEY.encode()).hexdigest()
     assert all(r["key_sha256"] == digest for r in results)  # the jobs ran signed with KEY
     assert KEY not in json.dumps(xcoms, default=str)
@@ -73,7 +73,7 @@ def test_signing_key_stays_out_of_rendered_fields_xcom_logs_and_handles(
     assert KEY not in "".join(capfd.readouterr())  # nor in the task logs
 
     job_ids = [x for x in xcoms if isinstance(x, str) and (jobs / x).is_dir()]
-    assert len(job_ids) == 3
+    assert len(job_ids) == 6
     for job_id in job_ids:
         for record in (jobs / job_id).iterdir():
             assert KEY not in record.read_text(), record

@@ -54,6 +54,15 @@ class KineticBaseOperator(BaseOperator):
         self.job_name = job_name
         self.job_tags = job_tags
 
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """As ``BaseOperator.partial``; a dict target naming a signing key becomes a Target,
+        which Airflow serializes (partial arguments go into the DAG) without the key."""
+        target = kwargs.get("target")
+        if isinstance(target, dict) and "signing_key" in target:
+            kwargs["target"] = kc.Target.from_dict(target)
+        return super().partial(**kwargs)
+
     # ---- configuration ----------------------------------------------------------------
     def resolve_target(self) -> kc.Target:
         """Connection + ``target`` overrides + ``poll_interval``, validated (bad input fails, no retry)."""

@@ -47,3 +47,7 @@ with DAG("kt_signed", schedule=None, start_date=datetime(2026, 1, 1), catchup=Fa
         return add(x, 63)
 
     decorated(7)
+    KineticOperator.partial(
+        task_id="mapped", python_callable=add, target={"signing_key": SIGNING_KEY, **FAST}
+    ).expand(op_args=[[10, 1], [20, 2]])
+    decorated.expand(x=[8])
