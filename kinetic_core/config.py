@@ -175,6 +175,13 @@ def normalize_storage_uri(uri: str) -> str:
         path = uri[len("file://") :]
         if not path:
             raise ConfigError(f"Storage URI {uri!r} names no directory.")
+        if not path.startswith(("/", "~")):
+            # Resolving against the working directory would put state wherever a process
+            # happens to start (a triggerer, a worker): the same URI must mean one place.
+            raise ConfigError(
+                f"Storage URI {uri!r} names a relative path: use an absolute path "
+                f"(file:///absolute/{path}) or one under your home (file://~/{path})."
+            )
         return "file://" + str(Path(os.path.expanduser(path)).absolute())
     bucket = uri[len("gs://") :].split("/", 1)[0]
     if not bucket:

@@ -21,8 +21,8 @@ from typing import IO, Any
 import cloudpickle
 
 from kinetic_core import signing
-from kinetic_core.errors import PayloadIntegrityError, SerializationError
-from kinetic_core.storage import Storage
+from kinetic_core.errors import PayloadIntegrityError, SerializationError, StorageError
+from kinetic_core.storage import Storage, write_failed
 
 FORMAT_VERSION = 1
 MAGIC = b"KNTCENV1"
@@ -41,10 +41,15 @@ _OVERLAP = 4 << 20
 
 
 class _HashingWriter:
-    """File-like that hashes what pickle writes on its way to the real file."""
+    """File-like that hashes what pickle writes on its way to the real file.
 
-    def __init__(self, fh: IO[bytes]) -> None:
+    A failed write (a full disk) becomes a StorageError here, so that it is never
+    mistaken for an object that cannot be pickled.
+    """
+
+    def __init__(self, fh: IO[bytes], where: str) -> None:
         self.fh = fh
+        self.where = where
         self.sha = hashlib.sha256()
         self.size = 0
 
@@ -52,13 +57,20 @@ class _HashingWriter:
         self.size += len(data)
         if len(data) < _OVERLAP:
             self.sha.update(data)
-            return self.fh.write(data)
+            return self.write_through(data)
         hasher = threading.Thread(target=self.sha.update, args=(data,))
         hasher.start()
         try:
-            return self.fh.write(data)
+            return self.write_through(data)
         finally:
             hasher.join()
+
+    def write_through(self, data: bytes) -> int:
+        """Write without hashing (the trailer)."""
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            raise write_failed(self.where, exc) from exc
 
 
 def _hash_stream(fh: IO[bytes], length: int) -> tuple[str, int]:
@@ -103,14 +115,17 @@ def dump_envelope(
     """Stream ``obj`` as an envelope into ``fh``; return the header written. ``storage``
     is the normalized URI of the root it is written to (bound by the signature).
 
-    Raises SerializationError naming what could not be pickled.
+    Raises SerializationError naming what could not be pickled, StorageError when the
+    file cannot be written.
     """
-    writer = _HashingWriter(fh)
+    writer = _HashingWriter(fh, f"the {kind} of job {job_id}")
     modules = list(by_value)
     with _by_value_lock:  # cloudpickle's by-value registry is process-global
         registered = [m for m in map(_register_by_value, modules) if m is not None]
         try:
             cloudpickle.Pickler(writer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+        except StorageError:
+            raise
         except Exception as exc:
             raise SerializationError(
                 f"Cannot serialize the {kind} for job {job_id}: {type(exc).__name__}: {exc}. "
@@ -135,7 +150,7 @@ def dump_envelope(
     if signing_key:
         header["hmac"] = signing.mac(signing_key, _signed_fields(header))
     raw = json.dumps(header).encode()
-    fh.write(raw + _TRAILER.pack(len(raw)) + MAGIC)
+    writer.write_through(raw + _TRAILER.pack(len(raw)) + MAGIC)
     return header
 
 

@@ -70,7 +70,8 @@ def run_job(storage_uri: str, job_id: str) -> int:
         os.environ["KINETIC_JOB_ID"] = job_id
         out = layout.output_dir(storage_uri, job_id)
         if storage_uri.startswith("file://"):
-            os.makedirs(out, mode=0o700, exist_ok=True)
+            for folder in (os.path.dirname(out), out):  # makedirs' mode covers the leaf only
+                os.makedirs(folder, mode=0o700, exist_ok=True)
         os.environ.setdefault("KINETIC_OUTPUT_DIR", out)
         phase = "run"
         value = call["fn"](*call.get("args", ()), **call.get("kwargs", {}))

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from kinetic_core import layout
-from kinetic_core.batch.records import BatchRecords, child_key
+from kinetic_core.batch.records import BatchRecords, child_key, unsubmitted_status
 from kinetic_core.batch.tracker import BatchProgress, Tracker, index_of
 from kinetic_core.errors import BatchError
 from kinetic_core.jobs import JobHandle
@@ -40,7 +40,9 @@ class FailedChild:
 
     @property
     def status(self) -> ChildStatus:
-        return ChildStatus.of(self.state.status) if self.state else ChildStatus.SUBMIT_FAILED
+        if self.state is not None:
+            return ChildStatus.of(self.state.status)
+        return unsubmitted_status(self.error) if self.error else ChildStatus.SUBMIT_FAILED
 
     @property
     def reason(self) -> str:
@@ -145,7 +147,7 @@ class BatchHandle:
         return [
             ChildStatus.of(s.status)
             if s is not None
-            else ChildStatus.SUBMIT_FAILED
+            else unsubmitted_status(failed[i])
             if i in failed
             else ChildStatus.UNSUBMITTED
             for i, s in enumerate(states)

@@ -22,6 +22,7 @@ from kinetic_core.errors import JobCancelled, JobNotFound, SubmissionError
 from kinetic_core.jobs import JobHandle, load_handle
 from kinetic_core.payload import load_envelope
 from kinetic_core.procs import process_alive, start_ticks
+from kinetic_core.states import ChildStatus
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.submission import submit
 
@@ -209,6 +210,12 @@ class BatchRecords:
         )
         self.record_attempt(index, job)
         return job
+
+
+def unsubmitted_status(error: BaseException) -> ChildStatus:
+    """The status of an input that has no job: CANCELLED when the batch was cancelled
+    before it was launched, else SUBMIT_FAILED."""
+    return ChildStatus.CANCELLED if isinstance(error, JobCancelled) else ChildStatus.SUBMIT_FAILED
 
 
 def _submitter_alive(beat: dict[str, Any]) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kinetic_core import layout
-from kinetic_core.batch.records import BatchRecords
+from kinetic_core.batch.records import BatchRecords, unsubmitted_status
 from kinetic_core.jobs import JobHandle
 from kinetic_core.polling import DEFAULT_INTERVAL
 from kinetic_core.states import ChildStatus, JobState, JobStatus
@@ -100,7 +100,7 @@ class Tracker:
                 seen = self.latest.get(i)
                 status = ChildStatus.of(seen.status) if seen else ChildStatus.PENDING
             elif i in failures:
-                status = ChildStatus.SUBMIT_FAILED
+                status = unsubmitted_status(failures[i])
             else:
                 status = ChildStatus.UNSUBMITTED
             counts[status] = counts.get(status, 0) + 1

@@ -1,17 +1,18 @@
 """Storage: where handles, envelopes, events and batch records live.
 
-Keys are ``/``-separated paths relative to the storage root (see DESIGN §4 for the
+Keys are ``/``-separated paths relative to the storage root (see docs/concepts.md for the
 layout). Storage knows nothing about backends or payload contents.
 """
 
 from __future__ import annotations
 
+import errno
 import threading
 from contextlib import AbstractContextManager
 from typing import BinaryIO, Protocol, runtime_checkable
 
 from kinetic_core import registry
-from kinetic_core.errors import ConfigError
+from kinetic_core.errors import ConfigError, StorageError
 
 
 @runtime_checkable
@@ -65,3 +66,13 @@ def open_storage(uri: str) -> Storage:
                 raise ConfigError(f"Unsupported storage URI {uri!r}: use {schemes}.")
             _cache[uri] = registry.storage_factory(scheme)(uri)
         return _cache[uri]
+
+
+def write_failed(where: str, exc: OSError) -> StorageError:
+    """THE message for a failed write: a full disk says so (it is not a pickling problem)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageError(
+            f"Cannot write {where}: the disk is full ({exc.strerror}). Free space on the "
+            "storage volume, or point KINETIC_STORAGE / storage= at another one."
+        )
+    return StorageError(f"Cannot write {where}: {exc.strerror or exc}.")

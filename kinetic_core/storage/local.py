@@ -12,12 +12,13 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
 from kinetic_core.errors import StorageError
 from kinetic_core.procs import process_alive, start_ticks
+from kinetic_core.storage import write_failed
 
 # Staging files without a live writer in their name are swept once older than this.
 STALE_STAGING = 3600.0
@@ -56,7 +57,10 @@ class LocalStorage:
 
     def write_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None:
         with self.open_write(key, create_only=create_only) as fh:
-            fh.write(data)
+            try:
+                fh.write(data)
+            except OSError as exc:
+                raise write_failed(self.location(key), exc) from exc
 
     @contextmanager
     def open_read(self, key: str) -> Iterator[BinaryIO]:
@@ -82,8 +86,17 @@ class LocalStorage:
         except OSError as exc:
             raise StorageError(f"Cannot write {self.location(key)}: {exc}") from exc
         try:
-            with os.fdopen(fd, "wb") as fh:
+            fh = os.fdopen(fd, "wb")
+            try:
                 yield fh
+            except BaseException:
+                with suppress(OSError):  # the caller's error is the one to report
+                    fh.close()
+                raise
+            try:
+                fh.close()  # flushes: a full disk may only show here
+            except OSError as exc:
+                raise write_failed(self.location(key), exc) from exc
             self._ensure_dir(target.parent)
             if create_only:
                 os.link(tmp, target)  # atomic, fails with FileExistsError if someone won
@@ -100,6 +113,11 @@ class LocalStorage:
         try:
             return sorted(n for n in os.listdir(self.path(prefix)) if not n.startswith("."))
         except (FileNotFoundError, NotADirectoryError):
+            if self.root.exists() and not self.root.is_dir():
+                raise StorageError(
+                    f"Storage root {self.uri} is a file, not a directory: point "
+                    "KINETIC_STORAGE / storage= (or --storage) at a directory."
+                ) from None
             return []
 
     def delete(self, key: str) -> None:

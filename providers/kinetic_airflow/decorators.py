@@ -47,13 +47,14 @@ def kinetic_task(
     Keyword arguments that are ``kinetic_core.Target`` fields (accelerator, spot, image,
     life_span, ...) become target overrides; the rest are KineticOperator / BaseOperator arguments.
     """
-    target = dict(kwargs.pop("target", None) or {})
+    target = kc.Target.coerce(kwargs.pop("target", None)).to_dict(include_secrets=True)
     for name in list(kwargs):
         if name in TARGET_FIELDS:
             target[name] = kwargs.pop(name)
     if target:
-        kc.Target.from_dict(target)
-        kwargs["target"] = target
+        # A Target, not a dict: mapped tasks keep their arguments in the serialized DAG,
+        # and a Target is serialized without its signing key.
+        kwargs["target"] = kc.Target.from_dict(target)
     return task_decorator_factory(
         python_callable=python_callable,
         multiple_outputs=multiple_outputs,

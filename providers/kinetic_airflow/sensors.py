@@ -13,6 +13,7 @@ import kinetic_core as kc
 from kinetic_airflow.deferral import defer_to_trigger
 from kinetic_airflow.failures import KineticJobError, describe_failure, failure_of
 from kinetic_airflow.hooks import DEFAULT_CONN_ID, KineticHook
+from kinetic_airflow.secrecy import split_signing_key, with_signing_key
 from kinetic_airflow.triggers import EVENT_ERROR
 
 
@@ -47,9 +48,9 @@ class KineticJobSensor(BaseSensorOperator):
         super().__init__(**kwargs)
         if isinstance(target, dict):
             kc.Target.from_dict(target)
+        self.target, self._signing_key = split_signing_key(target)  # the key is not templated
         self.job_id = job_id
         self.kinetic_conn_id = kinetic_conn_id
-        self.target = target
         self.deferrable = deferrable
         self.collect_result = collect_result
         self.stream_logs = stream_logs
@@ -58,7 +59,8 @@ class KineticJobSensor(BaseSensorOperator):
     def _attach(self) -> kc.JobHandle:
         job_id = (self.job_id or "").strip()
         try:
-            target = KineticHook(self.kinetic_conn_id).get_target(self.target)
+            overrides = with_signing_key(self.target, self._signing_key, self.task_id)
+            target = KineticHook(self.kinetic_conn_id).get_target(overrides)
             return kc.attach(job_id, target=target)
         except (kc.ConfigError, kc.JobNotFound, AirflowNotFoundException) as exc:
             raise AirflowException(

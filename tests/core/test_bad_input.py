@@ -141,3 +141,66 @@ def test_failed_launch_leaves_nothing(storage_uri: str, monkeypatch: pytest.Monk
     job = kc.submit(jobfns.add, (1, 1), idempotency_key="k1", target={"storage": storage_uri})
     assert job.attempt == 1  # the failed launch did not burn an attempt
     assert job.result(timeout=60) == 2
+
+
+def test_full_disk_is_a_storage_error_not_a_pickling_error(
+    storage_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staging files land on /dev/full (a real device that answers every write ENOSPC)."""
+    import os
+    import tempfile
+
+    from kinetic_core.storage import local
+
+    real_mkstemp = tempfile.mkstemp
+
+    def on_full_disk(*args: object, **kwargs: object) -> tuple[int, str]:
+        fd, path = real_mkstemp(*args, **kwargs)  # type: ignore[call-overload]
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, fd)
+        os.close(full)
+        return fd, path
+
+    monkeypatch.setattr(local.tempfile, "mkstemp", on_full_disk)
+    for size in (10, 1 << 20):  # fails in the pickler (large) or when the file is closed (small)
+        with pytest.raises(kc.StorageError, match="disk is full") as info:
+            kc.submit(jobfns.add, (b"x" * size,))
+        assert not isinstance(info.value, kc.SerializationError)
+        assert "picklable" not in str(info.value) and "No space left" in str(info.value)
+    assert [p for p in _written(storage_uri) if not p.startswith("tmp/")] == []
+
+
+@pytest.mark.parametrize("uri", ["file://relative/dir", "file://./here", "file://store"])
+def test_relative_file_uri_is_refused(
+    uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(kc.ConfigError, match="absolute path") as info:
+        kc.Target(storage=uri).resolve()
+    assert "file://~/" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("uri", ["file:///abs/dir", "file://~/kinetic", "file://~"])
+def test_absolute_and_home_file_uris_are_accepted(uri: str) -> None:
+    resolved = kc.Target(storage=uri).resolve().storage or ""
+    assert resolved.startswith("file:///") and "~" not in resolved
+
+
+def test_storage_root_that_is_a_file_cannot_be_listed(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(kc.StorageError, match="is a file"):
+        kc.list_jobs(target={"storage": f"file://{blocker}"})
+    with pytest.raises(kc.StorageError, match="is a file"):
+        kc.list_batches(target={"storage": f"file://{blocker}"})
+    assert kc.list_jobs(target={"storage": f"file://{tmp_path}/missing"}) == []
+
+
+def test_outputs_folder_is_private(storage_uri: str) -> None:
+    job = kc.submit(jobfns.write_output, ("a.txt", "secret"))
+    path = Path(job.result(timeout=60))
+    root = Path(storage_uri[7:])
+    assert path.parent.parent == root / "outputs"
+    for folder in (root / "outputs", path.parent):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder

@@ -72,11 +72,6 @@ def cli(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> tuple[int, 
     return rc, out, err
 
 
-def last_json(out: str) -> Any:
-    """The JSON document a command printed after any progress output."""
-    return json.loads(out[out.rindex('{\n  "group_id"') :])
-
-
 def test_list_json_newest_first_with_counts(
     batches: Batches, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -125,13 +120,14 @@ def test_status_json_counts_and_exit_code(
 def test_status_watch_finishes_on_a_completed_batch(
     batches: Batches, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc, out, _ = cli(capsys, batches.uri, "status", batches.mixed.group_id, "--watch", "--json")
+    rc, out, err = cli(capsys, batches.uri, "status", batches.mixed.group_id, "--watch", "--json")
     assert rc == 1
-    assert last_json(out)["counts"] == {"SUCCEEDED": 3, "FAILED": 2}
-    assert "5/5" in out  # the progress bar reached the end
+    assert json.loads(out)["counts"] == {"SUCCEEDED": 3, "FAILED": 2}  # stdout: only JSON
+    assert "5/5" in err  # the progress bar (on stderr with --json) reached the end
 
     rc, out, _ = cli(capsys, batches.uri, "status", batches.ok.group_id, "--watch")
     assert rc == 0 and "3/3" in out
+    assert "{" not in out and "│ SUCCEEDED │      3 │" in out  # a table at the end, not a dict
 
 
 @pytest.mark.timeout(60)
@@ -199,6 +195,10 @@ def test_cancel_then_results(
     )
     batch.wait_submitted(60)
     wait_until(lambda: batch.statuses() == ["RUNNING"] * 3, 60, "3 running children")
+    rc, out, err = cli(capsys, uri, "results", batch.group_id, "--timeout", "0.2")
+    assert rc == 124 and out == "" and err.startswith("error: ")  # the batch runs on
+    rc, out, _ = cli(capsys, uri, "status", batch.group_id, "--json")
+    assert rc == 0 and json.loads(out)["counts"] == {"RUNNING": 3}
 
     rc, out, _ = cli(capsys, uri, "cancel", batch.group_id)
     assert rc == 0 and out.strip() == f"{batch.group_id}: cancel requested"
@@ -233,3 +233,28 @@ def test_cleanup_frees_backend_and_stored_envelopes(
         assert not (own_store / "jobs" / job.job_id / "result.pkl").exists()
     rc, out, _ = cli(capsys, uri, "status", batch.group_id, "--json")
     assert rc == 1 and json.loads(out)["counts"] == {"SUCCEEDED": 1, "FAILED": 1}
+
+
+@pytest.mark.timeout(120)
+def test_children_never_submitted_of_a_cancelled_batch_read_cancelled(
+    own_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = f"file://{own_store}"
+    never = str(tmp_path / "never-opened")
+    batch = kc.submit_map(
+        h.gated, [(i, never) for i in range(3)], target=kc.Target(storage=uri), max_concurrency=1
+    )
+    wait_until(lambda: batch.statuses()[0] == "RUNNING", 60, "the first child running")
+    batch.cancel()
+    batch.wait_submitted(60)
+    assert batch.wait(timeout=60) == [kc.ChildStatus.CANCELLED] * 3
+    attached = kc.attach_batch(batch.group_id, target=kc.Target(storage=uri))
+    assert attached.statuses() == [kc.ChildStatus.CANCELLED] * 3
+    assert attached.status_counts() == {kc.ChildStatus.CANCELLED: 3}
+    assert [f.status for f in attached.failed_children()] == [kc.ChildStatus.CANCELLED] * 3
+    assert [f.job is None for f in attached.failed_children()] == [False, True, True]
+    final = list(attached.progress(timeout=30))[-1]
+    assert final.counts == {kc.ChildStatus.CANCELLED: 3}
+
+    rc, out, _ = cli(capsys, uri, "status", batch.group_id, "--json")
+    assert rc == 1 and json.loads(out)["counts"] == {"CANCELLED": 3}

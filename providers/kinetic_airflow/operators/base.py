@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,6 +17,7 @@ import kinetic_core as kc
 from kinetic_airflow.hooks import DEFAULT_CONN_ID, KineticHook
 from kinetic_airflow.identity import key_generation, task_tags
 from kinetic_airflow.links import KineticJobLink
+from kinetic_airflow.secrecy import split_signing_key, with_signing_key
 
 
 class KineticBaseOperator(BaseOperator):
@@ -47,21 +47,27 @@ class KineticBaseOperator(BaseOperator):
             )
         self.poll_interval = kc.positive_seconds(poll_interval, "poll_interval")
         self.kinetic_conn_id = kinetic_conn_id
-        self.target = (
-            target.to_dict(include_secrets=True) if isinstance(target, kc.Target) else target
-        )
+        # The key stays out of ``target`` (templated: Airflow renders and stores it).
+        self.target, self._signing_key = split_signing_key(target)
         self.deferrable = deferrable
         self.cancel_on_kill = cancel_on_kill
         self.job_name = job_name
         self.job_tags = job_tags
 
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """As ``BaseOperator.partial``; a dict target naming a signing key becomes a Target,
+        which Airflow serializes (partial arguments go into the DAG) without the key."""
+        target = kwargs.get("target")
+        if isinstance(target, dict) and "signing_key" in target:
+            kwargs["target"] = kc.Target.from_dict(target)
+        return super().partial(**kwargs)
+
     # ---- configuration ----------------------------------------------------------------
     def resolve_target(self) -> kc.Target:
         """Connection + ``target`` overrides + ``poll_interval``, validated (bad input fails, no retry)."""
-        overrides = self.target
         try:
-            if isinstance(overrides, str):
-                overrides = json.loads(overrides) if overrides.strip() else None
+            overrides = with_signing_key(self.target, self._signing_key, self.task_id)
             target = KineticHook(self.kinetic_conn_id).get_target(overrides)
             if target.poll_interval is None:
                 target = target.merge({"poll_interval": self.poll_interval})

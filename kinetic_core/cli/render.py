@@ -1,0 +1,150 @@
+"""How the CLI shows things: rich tables for people, JSON for scripts, hints on stderr."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+import kinetic_core as kc
+
+STATUS_STYLE = {
+    "SUCCEEDED": "green",
+    "FAILED": "red",
+    "CANCELLED": "yellow",
+    "RUNNING": "cyan",
+    "PENDING": "blue",
+    "SUBMIT_FAILED": "red",
+    "UNSUBMITTED": "dim",
+}
+
+
+def console(*, stderr: bool = False) -> Console:
+    return Console(stderr=stderr)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def hint(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def styled(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, '')}]{status}[/]"
+
+
+def _fmt(dt: datetime | None) -> str:
+    return dt.strftime("%Y-%m-%d %H:%M:%S") if dt else "-"
+
+
+def state_table(title: str, rows: list[tuple[kc.JobHandle, kc.JobState]]) -> Table:
+    table = Table(title=title)
+    table.add_column("job id", no_wrap=True)
+    for col in ("name", "status", "reason", "attempt", "created", "finished", "message"):
+        table.add_column(col, overflow="fold")
+    for handle, state in rows:
+        table.add_row(
+            handle.job_id,
+            handle.name,
+            styled(state.status.value),
+            state.reason or "",
+            str(state.attempt),
+            _fmt(state.created_at),
+            _fmt(state.finished_at),
+            (state.message or "")[:120],
+        )
+    return table
+
+
+def counts_text(counts: dict[kc.ChildStatus, int]) -> str:
+    return ", ".join(f"{styled(s.value)}={n}" for s, n in sorted(counts.items()))
+
+
+def batch_summary(batch: kc.BatchHandle) -> dict[str, Any]:
+    """What ``batch status --json`` and ``batch list --json`` print per batch."""
+    return {
+        "group_id": batch.group_id,
+        "name": batch.name,
+        "total": batch.total,
+        "submission_complete": batch.submission_complete,
+        "cancel_requested": batch.cancel_requested,
+        "counts": batch.status_counts(),
+    }
+
+
+def batches_table(summaries: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"{len(summaries)} batches")
+    for col in ("group id", "name", "total", "counts", "submitted", "cancel"):
+        table.add_column(col)
+    for s in summaries:
+        table.add_row(
+            s["group_id"],
+            s["name"],
+            str(s["total"]),
+            counts_text(s["counts"]),
+            "yes" if s["submission_complete"] else "no",
+            "yes" if s["cancel_requested"] else "",
+        )
+    return table
+
+
+def status_heading(summary: dict[str, Any]) -> str:
+    """``batch GROUP (name): N inputs, submission complete[, cancel requested]``."""
+    flags = [
+        "submission complete" if summary["submission_complete"] else "still submitting",
+        *(["cancel requested"] if summary["cancel_requested"] else []),
+    ]
+    return (
+        f"[bold]batch {summary['group_id']}[/] ({summary['name']}): "
+        f"{summary['total']} inputs, {', '.join(flags)}"
+    )
+
+
+def status_table(counts: dict[kc.ChildStatus, int]) -> Table:
+    """One row per status with how many inputs are in it."""
+    table = Table()
+    table.add_column("status")
+    table.add_column("inputs", justify="right")
+    for status, n in sorted(counts.items()):
+        table.add_row(styled(status.value), str(n))
+    return table
+
+
+def failed_children_table(children: list[kc.FailedChild]) -> Table:
+    table = Table(title=f"{len(children)} inputs did not succeed")
+    table.add_column("input", justify="right")
+    table.add_column("job id", no_wrap=True)
+    for col in ("status", "reason", "message"):
+        table.add_column(col, overflow="fold")
+    for child in children:
+        message = child.state.message if child.state else str(child.error or "")
+        table.add_row(
+            str(child.index),
+            child.job.job_id if child.job else "-",
+            styled(child.status.value),
+            child.reason,
+            (message or "")[:200],
+        )
+    return table
+
+
+def failed_child_line(child: kc.FailedChild) -> str:
+    """One plain line per input that did not succeed (for stderr)."""
+    if child.job is None:
+        return f"  input {child.index}: not submitted: {child.reason}: {child.error}"
+    state = child.state
+    return (
+        f"  input {child.index}: {child.job.job_id}: {child.status.value} "
+        f"{child.reason}: {state.message if state else ''}"
+    )
+
+
+def json_line(job_id: str, line: str) -> str:
+    """One followed log line as a JSON object on one line."""
+    return json.dumps({"job_id": job_id, "line": line})
