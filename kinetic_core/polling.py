@@ -35,6 +35,7 @@ Until = Callable[[], Awaitable[bool]]
 FIRST_DELAY = 0.005
 GROWTH = 1.3
 DEFAULT_INTERVAL = 5.0
+COALESCE = 0.02  # async waiters registering within this window share their first poll
 
 
 def interval_of(ref: Any) -> float:
@@ -188,7 +189,9 @@ class SharedPoller:
 
     async def wait(self, ref: Any, timeout: float | None = None) -> JobState:
         """Until the job is terminal. WaitTimeout after ``timeout``; the job keeps running."""
-        waiting = on_background_loop(self._wait(ref))
+        # Scheduled on the background loop at once, so it runs (and unregisters) even if
+        # this waiter is cancelled before its first await.
+        waiting = asyncio.wrap_future(run_in_background(self._wait(ref)))
         if timeout is None:
             return await waiting  # no wait_for: one task fewer per waiter
         try:
@@ -205,8 +208,9 @@ class SharedPoller:
         schedule = self.schedules.get(ref.job_id)
         if schedule is None:
             steps = delays(interval_of(ref))
-            # First poll one short delay out, so a burst of new waiters shares it.
-            schedule = _Schedule(steps, now + next(steps), now)
+            # First poll a short window out, so a burst of new waiters shares it: they
+            # arrive from other threads' loops, interleaved by the GIL's 5 ms switches.
+            schedule = _Schedule(steps, now + max(next(steps), COALESCE), now)
             self.schedules[ref.job_id] = schedule
         schedule.last_waited = now
         waiter = _Waiter(ref, loop.create_future())
