@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowNotFoundException
+from kinetic_airflow.compat import AirflowNotFoundException
 from kinetic_airflow.hooks import KineticHook
 from kinetic_airflow.provider_info import get_provider_info
 
@@ -88,10 +88,9 @@ def test_decorator_splits_target_options_from_operator_arguments() -> None:
 def test_example_dag_parses() -> None:
     from pathlib import Path
 
-    from airflow.dag_processing.dagbag import DagBag
+    from conftest import dag_bag
 
-    path = Path(__file__).parents[2] / "dags_examples" / "nightly_training.py"
-    bag = DagBag(dag_folder=str(path))
+    bag = dag_bag(Path(__file__).parents[2] / "dags_examples" / "nightly_training.py")
     assert not bag.import_errors, bag.import_errors
     dag = bag.get_dag("nightly_training")
     assert {"prepare", "train", "evaluate", "beats_best", "publish", "report"} <= set(dag.task_ids)
