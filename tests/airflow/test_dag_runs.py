@@ -163,13 +163,14 @@ def asset_events(uri: str, run_id: str) -> list[Any]:
         return [dict(row.extra or {}) for row in rows]
 
 
-def register(dagbag: Any, dag_id: str) -> None:
-    """Write a DAG to the metadata DB as the DAG processor would (its API moved in 3.1)."""
+def register(dagbag: Any, *dag_ids: str) -> None:
+    """Write DAGs to the metadata DB as the DAG processor would (its API moved in 3.1),
+    which also activates their assets."""
     from airflow.dag_processing.bundles.manager import DagBundlesManager
 
     DagBundlesManager().sync_bundles_to_db()
     bag = copy.copy(dagbag)
-    bag.dags = {dag_id: dagbag.get_dag(dag_id)}
+    bag.dags = {dag_id: dagbag.get_dag(dag_id) for dag_id in dag_ids}
     try:
         from airflow.dag_processing.dagbag import sync_bag_to_db
     except ImportError:  # Airflow 3.0
@@ -180,7 +181,8 @@ def register(dagbag: Any, dag_id: str) -> None:
     from airflow.utils.session import create_session
 
     with create_session() as session:  # a user switched it on
-        session.query(DagModel).filter_by(dag_id=dag_id).update({"is_paused": False})
+        for dag_id in dag_ids:
+            session.query(DagModel).filter_by(dag_id=dag_id).update({"is_paused": False})
 
 
 def queued_runs(dag_id: str) -> int:
@@ -193,7 +195,7 @@ def queued_runs(dag_id: str) -> int:
 
 
 def test_outlets_get_an_asset_event_with_the_job_and_its_metrics(dagbag: Any) -> None:
-    register(dagbag, "kt_asset_consumer")
+    register(dagbag, "kt_asset", "kt_asset_consumer")
     before = queued_runs("kt_asset_consumer")
     dr, tis = run(dagbag, "kt_asset")
     assert dr.state == "success"
