@@ -6,7 +6,7 @@ EXTRAS := --extra dev --extra cli --extra gcs --extra kubernetes
 SYNC := $(UV) sync --frozen --python 3.11 --quiet
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
-.PHONY: demo test uv env env-airflow env-prefect lint docs k8s-binaries \
+.PHONY: demo test uv env env-airflow env-airflow-oldest env-prefect lint docs k8s-binaries \
         test-core test-kubernetes test-airflow test-prefect test-packaging bench clean
 
 ## uv: bootstrap uv from PyPI when it is missing
@@ -20,6 +20,16 @@ env: uv
 
 env-airflow: uv
 	UV_PROJECT_ENVIRONMENT=.venv-airflow $(SYNC) $(EXTRAS) --extra airflow
+
+## the oldest supported Airflow minor, beside the locked newest (.venv-airflow)
+AIRFLOW_OLDEST := 3.0
+AIRFLOW_OLDEST_ENV := .venv-airflow-$(AIRFLOW_OLDEST)
+env-airflow-oldest: uv
+	$(UV) venv --python 3.11 --quiet --allow-existing $(AIRFLOW_OLDEST_ENV)
+	$(UV) pip install --quiet --python $(AIRFLOW_OLDEST_ENV)/bin/python \
+	  -e '.[airflow,dev,cli,gcs,kubernetes]' 'apache-airflow==$(AIRFLOW_OLDEST).*' \
+	  apache-airflow-providers-openlineage \
+	  --constraint tests/airflow/constraints-$(AIRFLOW_OLDEST).txt
 
 env-prefect: uv
 	UV_PROJECT_ENVIRONMENT=.venv-prefect $(SYNC) $(EXTRAS) --extra prefect
@@ -51,9 +61,11 @@ test-core: env
 test-kubernetes: env k8s-binaries
 	.venv/bin/pytest tests/kubernetes $(PYTEST_FLAGS)
 
-test-airflow: env-airflow
+## the whole Airflow suite on the newest (locked) and the oldest supported minor
+test-airflow: env-airflow env-airflow-oldest
 	.venv-airflow/bin/mypy providers/kinetic_airflow
 	.venv-airflow/bin/pytest tests/airflow $(PYTEST_FLAGS)
+	$(AIRFLOW_OLDEST_ENV)/bin/pytest tests/airflow $(PYTEST_FLAGS)
 
 test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST)
 	for minor in $(PREFECT_OLDEST) $(PREFECT_NEWEST); do \
@@ -83,4 +95,4 @@ bench: env
 	  .venv/bin/python $$b || exit 1; done
 
 clean:
-	rm -rf .venv .venv-airflow .venv-prefect .venv-prefect-* site dist
+	rm -rf .venv .venv-airflow .venv-airflow-* .venv-prefect .venv-prefect-* site dist

@@ -24,6 +24,7 @@ _EXPORTS = {
     "ChildStatus": "kinetic_core.states",
     "resolve_states": "kinetic_core.status",
     "Target": "kinetic_core.config",
+    "BACKENDS": "kinetic_core.config",
     "positive_seconds": "kinetic_core.config",
     "submit_map": "kinetic_core.batch",
     "asubmit_map": "kinetic_core.batch",
@@ -90,7 +91,7 @@ if TYPE_CHECKING:
         list_batches,
         submit_map,
     )
-    from kinetic_core.config import Target, positive_seconds
+    from kinetic_core.config import BACKENDS, Target, positive_seconds
     from kinetic_core.decorator import RemoteFunction, run
     from kinetic_core.errors import (
         BackendError,

@@ -118,6 +118,16 @@ class JobHandle:
         return self._storage().location(layout.job_dir(self.job_id))
 
     @property
+    def kubernetes_job_name(self) -> str | None:
+        """The Kubernetes Job (and its pods' ``job-name`` label) this job runs as on the
+        ``kubernetes`` and ``gke`` backends; None on other backends."""
+        if self.target.get("backend") not in ("kubernetes", "gke"):
+            return None
+        from kinetic_core.backends.kubernetes.manifest import job_name
+
+        return job_name(self.job_id)
+
+    @property
     def result_uri(self) -> str:
         """URI of the result envelope (read it with ``attach(job_id).result()``)."""
         return self._storage().location(self._path(layout.RESULT))

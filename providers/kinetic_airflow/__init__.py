@@ -15,6 +15,8 @@ _EXPORTS = {
     "KineticBatchTrigger": "kinetic_airflow.triggers",
     "KineticHook": "kinetic_airflow.hooks",
     "KineticJobLink": "kinetic_airflow.links",
+    "KineticJobLogsLink": "kinetic_airflow.links",
+    "KineticJobFilesLink": "kinetic_airflow.links",
     "kinetic_task": "kinetic_airflow.decorators",
 }
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
-
 import kinetic_core as kc
+from kinetic_airflow.compat import AirflowException
 
 LOG_TAIL_LINES = 50
 

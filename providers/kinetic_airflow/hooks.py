@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
-
 import kinetic_core as kc
+from kinetic_airflow.compat import AirflowNotFoundException, BaseHook, aget_connection
 
 DEFAULT_CONN_ID = "kinetic_default"
 _LEGACY_PREFIX = "extra__kinetic__"
@@ -86,7 +84,7 @@ class KineticHook(BaseHook):
             base = kc.Target()
         else:
             try:
-                base = target_from_connection(await self.aget_connection(self.kinetic_conn_id))
+                base = target_from_connection(await aget_connection(self, self.kinetic_conn_id))
             except AirflowNotFoundException as exc:
                 base = self._missing(exc)
         return base.merge(kc.Target.coerce(overrides))

@@ -7,9 +7,9 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 import kinetic_core as kc
+from kinetic_airflow.compat import AirflowException, AirflowNotFoundException
 from kinetic_airflow.deferral import defer_to_trigger
 from kinetic_airflow.failures import KineticJobError, describe_failure, failure_of
 from kinetic_airflow.hooks import DEFAULT_CONN_ID, KineticHook

@@ -7,6 +7,7 @@ log streaming is ``JobHandle.afollow_logs`` and batch progress is ``BatchHandle.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import traceback
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 import kinetic_core as kc
 from kinetic_airflow.hooks import KineticHook
+from kinetic_airflow.kill_check import cancel_if_killed
 
 #: ``TriggerEvent`` payload ``status`` values.
 EVENT_SUCCESS = "success"
@@ -93,6 +95,9 @@ class KineticJobTrigger(BaseTrigger):
                 state = stream.state or await handle.astate()
             else:
                 state = await handle.await_()
+        except asyncio.CancelledError:
+            await cancel_if_killed(self)
+            raise
         except Exception as exc:
             self.log.exception("Could not observe kinetic job %s", handle.job_id)
             yield TriggerEvent(
@@ -119,7 +124,9 @@ class KineticJobTrigger(BaseTrigger):
         )
 
     async def on_kill(self) -> None:
-        """A user killed the deferred task (mark failed/success, clear): cancel the job."""
+        """A user killed the deferred task (mark failed/success, clear): cancel the job.
+
+        Called by the triggerer from Airflow 3.3; before, by ``cancel_if_killed``."""
         if not self.cancel_on_kill:
             return
         handle = self.handle
@@ -173,6 +180,9 @@ class KineticBatchTrigger(BaseTrigger):
                     last = progress.describe()
                     self.log.info("Kinetic batch %s: %s", group_id, last)
             counts = {str(k): v for k, v in progress.counts.items()} if progress else {}
+        except asyncio.CancelledError:
+            await cancel_if_killed(self)
+            raise
         except Exception as exc:
             self.log.exception("Could not observe kinetic batch %s", group_id)
             yield TriggerEvent(

@@ -37,11 +37,18 @@ def airflow_db() -> None:
     initdb()
 
 
+def dag_bag(folder: Path) -> Any:
+    """A DagBag of ``folder`` (its module moved in Airflow 3.1)."""
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.0
+        from airflow.models.dagbag import DagBag
+    return DagBag(dag_folder=str(folder))
+
+
 @pytest.fixture(scope="session")
 def dagbag(airflow_db: None) -> Any:
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(DAGS))
+    bag = dag_bag(DAGS)
     assert not bag.import_errors, bag.import_errors
     return bag
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -42,7 +43,9 @@ def test_value_through_xcom(dagbag: Any) -> None:
     assert xcom(ti) == 5
     job_id = xcom(ti, "job_id")
     assert job_id and kc.attach(job_id).state().status is kc.JobStatus.SUCCEEDED
-    assert xcom(ti, "kinetic_job_url").startswith("file://")
+    # local backend, local storage: no web page, so no link (Airflow shows none, not an empty one)
+    for key in ("kinetic_job_url", "kinetic_logs_url", "kinetic_files_url"):
+        assert not xcom(ti, key)
 
 
 def test_remote_failure_fails_the_run_with_traceback(
@@ -144,3 +147,90 @@ def test_sensor_in_poke_mode(dagbag: Any) -> None:
     dr, tis = run(dagbag, "kt_sensor_poke", run_conf={"job_id": handle.job_id})
     assert dr.state == "success"
     assert xcom(tis[("wait", -1)]) == 11
+
+
+def asset_events(uri: str, run_id: str) -> list[Any]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == uri, AssetEvent.source_run_id == run_id)
+            .all()
+        )
+        return [dict(row.extra or {}) for row in rows]
+
+
+def register(dagbag: Any, *dag_ids: str) -> None:
+    """Write DAGs to the metadata DB as the DAG processor would (its API moved in 3.1),
+    which also activates their assets."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+
+    DagBundlesManager().sync_bundles_to_db()
+    bag = copy.copy(dagbag)
+    bag.dags = {dag_id: dagbag.get_dag(dag_id) for dag_id in dag_ids}
+    try:
+        from airflow.dag_processing.dagbag import sync_bag_to_db
+    except ImportError:  # Airflow 3.0
+        bag.sync_to_db("dags-folder", None)
+    else:
+        sync_bag_to_db(bag, "dags-folder", None)
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:  # a user switched it on
+        for dag_id in dag_ids:
+            session.query(DagModel).filter_by(dag_id=dag_id).update({"is_paused": False})
+
+
+def queued_runs(dag_id: str) -> int:
+    """Asset-triggered runs the scheduler would create for ``dag_id``."""
+    from airflow.models.asset import AssetDagRunQueue
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return session.query(AssetDagRunQueue).filter_by(target_dag_id=dag_id).count()
+
+
+def test_outlets_get_an_asset_event_with_the_job_and_its_metrics(dagbag: Any) -> None:
+    register(dagbag, "kt_asset", "kt_asset_consumer")
+    before = queued_runs("kt_asset_consumer")
+    dr, tis = run(dagbag, "kt_asset")
+    assert dr.state == "success"
+    [model] = asset_events("kinetic://tests/model", dr.run_id)
+    job_id = xcom(tis[("train", -1)], "job_id")
+    assert model["job_id"] == job_id and model["attempt"] == 1
+    assert model["output_uri"] == "file://" + kc.attach(job_id).output_dir
+    assert model["backend"] == "local"
+    # numbers only: the checkpoint path and the boolean are not metrics
+    assert model["metrics"] == {"r2": 0.93, "loss": 0.05, "epochs": 3}
+    [report] = asset_events("kinetic://tests/report", dr.run_id)
+    assert report["job_id"] == xcom(tis[("report", -1)], "job_id")
+    assert "metrics" not in report
+    # the DAG scheduled on the model asset is queued for a run by this event
+    assert queued_runs("kt_asset_consumer") == before + 1
+
+
+def test_openlineage_reports_the_output_folder_and_a_kinetic_run_facet(dagbag: Any) -> None:
+    pytest.importorskip("airflow.providers.openlineage")  # installed in the oldest-Airflow env
+    from kinetic_airflow import KineticOperator
+
+    op = KineticOperator(
+        task_id="ol", python_callable=_sleep_then, op_args=[1, 0], target={"spot": True}
+    )
+    assert op.get_openlineage_facets_on_complete(None) is None  # nothing ran: default lineage
+    handle = kc.submit(_sleep_then, (1, 0), target={"spot": True, "accelerator": "cpu"})
+    handle.wait(60)
+    op._handle = handle
+    lineage = op.get_openlineage_facets_on_complete(None)
+    [output] = lineage.outputs
+    assert (output.namespace, output.name) == ("file", handle.output_dir)
+    assert lineage.inputs == []
+    facet = lineage.run_facets["kinetic"]
+    assert (facet.jobId, facet.backend, facet.attempt) == (handle.job_id, "local", 1)
+    assert facet.spot is True and facet.accelerator == "cpu"
+    from openlineage.client.serde import Serde
+
+    assert '"jobId": "' + handle.job_id in Serde.to_json(facet)

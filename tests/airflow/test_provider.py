@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowNotFoundException
+from kinetic_airflow.compat import AirflowNotFoundException
 from kinetic_airflow.hooks import KineticHook
 from kinetic_airflow.provider_info import get_provider_info
 
@@ -88,11 +89,56 @@ def test_decorator_splits_target_options_from_operator_arguments() -> None:
 def test_example_dag_parses() -> None:
     from pathlib import Path
 
-    from airflow.dag_processing.dagbag import DagBag
+    from conftest import dag_bag
 
-    path = Path(__file__).parents[2] / "dags_examples" / "nightly_training.py"
-    bag = DagBag(dag_folder=str(path))
+    bag = dag_bag(Path(__file__).parents[2] / "dags_examples" / "nightly_training.py")
     assert not bag.import_errors, bag.import_errors
     dag = bag.get_dag("nightly_training")
     assert {"prepare", "train", "evaluate", "beats_best", "publish", "report"} <= set(dag.task_ids)
     assert dag.get_task("train").target["accelerator"] == "tpu-v5e-8"
+
+
+def documentation_project_url() -> str | None:
+    from importlib.metadata import metadata
+
+    for entry in metadata("kinetic-workflows").get_all("Project-URL") or []:
+        name, _, url = entry.partition(",")
+        if name.strip().lower() == "documentation":
+            return url.strip()
+    return None
+
+
+def test_providers_get_shows_a_description_and_the_docs_url() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kinetic_airflow.provider_info import DOCS_URL
+
+    assert DOCS_URL.startswith("https://") and DOCS_URL.endswith("/airflow/")
+    airflow = Path(sys.executable).with_name("airflow")
+    out = subprocess.run(
+        [str(airflow), "providers", "get", "kinetic-workflows", "--full", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert out.returncode == 0, out.stderr
+    [shown] = json.loads(out.stdout[out.stdout.index("[{") :])  # 3.0 logs to stdout first
+    assert "detached, reattachable jobs" in shown["description"]
+    # Airflow < 3.3 shows the provider info's URL; 3.3+ the package's "Documentation" Project-URL
+    assert shown["documentation-url"] in {DOCS_URL, documentation_project_url()}
+    assert shown["integrations"][0]["external-doc-url"] == DOCS_URL
+
+
+def test_connection_form_fields() -> None:
+    fields = get_provider_info()["connection-types"][0]["conn-fields"]
+    assert fields["backend"]["schema"]["enum"] == [None, *kc.BACKENDS]  # a choice, may stay unset
+    assert fields["spot"]["schema"]["type"] == ["boolean", "null"]
+    assert fields["life_span"]["schema"]["type"] == ["number", "null"]
+    assert {"accelerator", "kubeconfig"} <= set(fields)
+    # every field maps to a Target option, and none has a default the form would prefill
+    assert set(fields) <= {f.name for f in dataclasses.fields(kc.Target)}
+    assert not any("default" in field["schema"] for field in fields.values())

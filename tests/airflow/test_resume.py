@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import threading
 import time
@@ -10,10 +11,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, TaskDeferralTimeout, TaskDeferred
 from conftest import count_jobs
 from helpers import FakeStore, make_context, retry_of
 from kinetic_airflow import KineticJobError, KineticJobSensor, KineticJobTrigger, KineticOperator
+from kinetic_airflow.compat import AirflowFailException, TaskDeferralTimeout, TaskDeferred
 from kinetic_airflow.identity import STORE_DELIVERED, STORE_JOB_ID
 
 import kinetic_core as kc
@@ -83,8 +84,6 @@ async def test_retry_after_remote_failure_creates_attempt_2() -> None:
 
 
 async def test_trigger_round_trip_survives_triggerer_restart() -> None:
-    from airflow.sdk._shared.module_loading import import_string
-
     op = KineticOperator(
         task_id="t", python_callable=sleep_then, op_args=[{"acc": 0.9}, 1.5], target=FAST
     )
@@ -98,7 +97,8 @@ async def test_trigger_round_trip_survives_triggerer_restart() -> None:
     running.cancel()  # the triggerer died; the job keeps running
     await asyncio.gather(running, return_exceptions=True)
     assert not trigger.handle.done()
-    fresh = import_string(classpath)(**json.loads(wire))
+    module, _, name = classpath.rpartition(".")
+    fresh = getattr(importlib.import_module(module), name)(**json.loads(wire))
     event = await fire(fresh)
     assert event["status"] == "success"
     assert op.execute_complete(ctx, event) == {"acc": 0.9}
@@ -279,3 +279,73 @@ def test_unpicklable_callable_fails_before_submitting() -> None:
     with pytest.raises(AirflowFailException, match="Cannot submit"):
         op.execute(make_context())
     assert count_jobs() == before
+
+
+# ---- kill while deferred before Airflow 3.3 (no trigger on_kill) ------------------------
+
+
+def before_3_3(monkeypatch: pytest.MonkeyPatch, state: str | Exception) -> None:
+    """What 3.0-3.2 do: no on_kill call; the task's state comes from the triggerer's API
+    client, which exists only inside a triggerer (replaced here by the state it returns)."""
+    from kinetic_airflow import kill_check
+
+    async def task_state(ti: Any) -> str:
+        if isinstance(state, Exception):
+            raise state
+        return state
+
+    monkeypatch.setattr(kill_check, "TRIGGER_ON_KILL", False)
+    monkeypatch.setattr(kill_check, "task_state", task_state)
+
+
+async def cancelled_while_waiting(trigger: KineticJobTrigger, ctx: dict[str, Any]) -> None:
+    """The triggerer cancels the trigger's coroutine (kill, restart or redistribution)."""
+    trigger.task_instance = ctx["ti"]  # type: ignore[attr-defined]
+    waiting = asyncio.ensure_future(fire(trigger))
+    await asyncio.sleep(0.3)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+
+@pytest.mark.parametrize("state", ["failed", "success", "none"])
+async def test_before_3_3_a_user_kill_while_deferred_cancels_the_job(
+    monkeypatch: pytest.MonkeyPatch, state: str
+) -> None:
+    before_3_3(monkeypatch, state)
+    op = KineticOperator(task_id="t", python_callable=sleep_then, op_args=[1, 60], target=FAST)
+    ctx = make_context()
+    trigger = defer(op, ctx)
+    await cancelled_while_waiting(trigger, ctx)
+    assert trigger.handle.wait(30).status is kc.JobStatus.CANCELLED
+
+
+@pytest.mark.parametrize("state", ["deferred", RuntimeError("supervisor gone")])
+async def test_before_3_3_a_triggerer_restart_leaves_the_job_running(
+    monkeypatch: pytest.MonkeyPatch, state: str | Exception, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before_3_3(monkeypatch, state)
+    op = KineticOperator(task_id="t", python_callable=sleep_then, op_args=[1, 60], target=FAST)
+    ctx = make_context()
+    trigger = defer(op, ctx)
+    try:
+        await cancelled_while_waiting(trigger, ctx)
+        assert trigger.handle.state().status is kc.JobStatus.RUNNING
+        out = "".join(capfd.readouterr())
+        assert "keeps running" in out or "kinetic jobs cancel" in out
+    finally:
+        trigger.handle.cancel()
+
+
+async def test_before_3_3_cancel_on_kill_false_never_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    before_3_3(monkeypatch, "failed")
+    op = KineticOperator(
+        task_id="t", python_callable=sleep_then, op_args=[1, 60], target=FAST, cancel_on_kill=False
+    )
+    ctx = make_context()
+    trigger = defer(op, ctx)
+    try:
+        await cancelled_while_waiting(trigger, ctx)
+        assert trigger.handle.state().status is kc.JobStatus.RUNNING
+    finally:
+        trigger.handle.cancel()

@@ -102,3 +102,17 @@ def test_every_registered_backend_implements_the_protocol(name: str, tmp_path: P
     assert callable(backend.sleep_until_change)
     assert not hasattr(backend, "discover")
     backend.sleep_until_change([], 0.01)
+
+
+def test_public_backend_names_and_kubernetes_job_name() -> None:
+    assert kc.BACKENDS == config.BACKENDS
+    data = {"job_id": "k1234abcd-1", "storage": "file:///tmp/x"}
+    on_gke = kc.JobHandle.from_dict({**data, "target": {"backend": "gke"}})
+    assert on_gke.kubernetes_job_name == "kinetic-k1234abcd-1"
+    long = kc.JobHandle.from_dict(
+        {**data, "job_id": "k" * 60 + "-1", "target": {"backend": "kubernetes"}}
+    )
+    assert long.kubernetes_job_name is not None and len(long.kubernetes_job_name) <= 63
+    assert (
+        kc.JobHandle.from_dict({**data, "target": {"backend": "local"}}).kubernetes_job_name is None
+    )

@@ -7,23 +7,23 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import (
+
+import kinetic_core as kc
+from kinetic_airflow.compat import (
     AirflowFailException,
     AirflowNotFoundException,
     TaskDeferralTimeout,
 )
-
-import kinetic_core as kc
 from kinetic_airflow.hooks import DEFAULT_CONN_ID, KineticHook
 from kinetic_airflow.identity import key_generation, task_tags
-from kinetic_airflow.links import KineticJobLink
+from kinetic_airflow.links import LINKS
 from kinetic_airflow.secrecy import split_signing_key, with_signing_key
 
 
 class KineticBaseOperator(BaseOperator):
     """Target resolution, idempotency and deferral timeout shared by the kinetic operators."""
 
-    operator_extra_links = (KineticJobLink(),)
+    operator_extra_links = LINKS
     ui_color = "#e8f0fe"
 
     def __init__(

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
 import kinetic_core as kc
+from kinetic_airflow.compat import AirflowException, AirflowFailException
 from kinetic_airflow.deferral import defer_to_trigger
 from kinetic_airflow.failures import KineticJobError, describe_batch_failure
 from kinetic_airflow.identity import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
 import kinetic_core as kc
+from kinetic_airflow.assets import annotate_outlets
+from kinetic_airflow.compat import AirflowException, AirflowFailException
 from kinetic_airflow.deferral import defer_to_trigger
 from kinetic_airflow.failures import KineticJobError, describe_failure
 from kinetic_airflow.identity import (
@@ -18,7 +18,8 @@ from kinetic_airflow.identity import (
     store_get,
     store_set,
 )
-from kinetic_airflow.links import XCOM_JOB_URL, job_url
+from kinetic_airflow.lineage import job_lineage
+from kinetic_airflow.links import job_urls
 from kinetic_airflow.operators.base import KineticBaseOperator
 from kinetic_airflow.triggers import EVENT_ERROR
 
@@ -110,7 +111,8 @@ class KineticOperator(KineticBaseOperator):
         self._handle = handle
         ti = context["ti"]
         ti.xcom_push(key="job_id", value=handle.job_id)
-        ti.xcom_push(key=XCOM_JOB_URL, value=job_url(handle))
+        for key, url in job_urls(handle).items():
+            ti.xcom_push(key=key, value=url)
         store = state_store(context)
         store_set(store, STORE_JOB_ID, handle.job_id)
         store_set(store, STORE_HANDLE, handle.to_json())
@@ -160,7 +162,19 @@ class KineticOperator(KineticBaseOperator):
                 raise KineticJobError(message) from exc
         self.log.info("Kinetic job %s succeeded", handle.job_id)
         store_set(state_store(context), STORE_DELIVERED, handle.job_id)
+        annotate_outlets(
+            context, self.outlets, handle, None if self.result == "reference" else value
+        )
         return value
+
+    # ---- lineage ----------------------------------------------------------------------
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (when its provider is installed): the job's output folder and a
+        ``kinetic`` run facet (job id, backend, accelerator, spot, attempt)."""
+        return None if self._handle is None else job_lineage(self._handle)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self.get_openlineage_facets_on_complete(task_instance)
 
     # ---- kill -------------------------------------------------------------------------
     def on_kill(self) -> None:

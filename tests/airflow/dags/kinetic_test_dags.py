@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from typing import Any
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Asset, task
 from kinetic_airflow import KineticBatchOperator, KineticJobSensor, KineticOperator
 
 START = datetime(2026, 1, 1)
@@ -118,3 +119,32 @@ with DAG("kt_sensor_poke", schedule=None, start_date=START, catchup=False):
         timeout=120,
         params={"job_id": "x00"},
     )
+
+
+MODEL = Asset("kinetic://tests/model", extra={"owner": "ml"})
+REPORT = Asset("kinetic://tests/report")
+
+
+def train_metrics(lr: float) -> dict:
+    return {"r2": 0.93, "loss": lr / 10, "epochs": 3, "converged": True, "checkpoint": "m.json"}
+
+
+with DAG("kt_asset", schedule=None, start_date=START, catchup=False):
+    KineticOperator(
+        task_id="train", python_callable=train_metrics, op_args=[0.5], outlets=[MODEL], target=FAST
+    )
+
+    @task.kinetic(poll_interval=1.0, outlets=[REPORT])
+    def report() -> str:
+        return "not a dict: no metrics"
+
+    report()
+
+with DAG("kt_asset_consumer", schedule=[MODEL], start_date=START, catchup=False):
+
+    @task
+    def deploy(triggering_asset_events: Any = None) -> float:
+        event = triggering_asset_events[MODEL][-1]
+        return float(event.extra["metrics"]["r2"])
+
+    deploy()
