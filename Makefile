@@ -88,6 +88,7 @@ demo: env env-airflow env-prefect
 	bash dags_examples/run_airflow_demo.sh
 	@echo "== Prefect 3: nightly_training_prefect =="
 	PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_HOME=$$(mktemp -d) \
+	  PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=180 \
 	  .venv-prefect/bin/python dags_examples/nightly_training_prefect.py
 
 bench: env

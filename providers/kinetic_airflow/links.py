@@ -90,6 +90,14 @@ def job_urls(handle: kc.JobHandle) -> dict[str, str]:
     return {key: url for key, build in URLS.items() if (url := build(handle))}
 
 
+def link_xcoms(handle: kc.JobHandle | None) -> dict[str, str]:
+    """Every link's XCom value, ``""`` where there is no page. Pushed by each task so that
+    Airflow, which resolves every extra link when a task ends, finds a value for each
+    (an XCom it cannot find is logged as an error in the task log)."""
+    urls = job_urls(handle) if handle is not None else {}
+    return {key: urls.get(key, "") for key in URLS}
+
+
 class _XComLink(BaseOperatorLink):
     """A link whose URL the task pushed to XCom ``xcom_key``; no URL, no link."""
 

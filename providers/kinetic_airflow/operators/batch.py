@@ -16,6 +16,7 @@ from kinetic_airflow.identity import (
     store_get,
     store_set,
 )
+from kinetic_airflow.links import link_xcoms
 from kinetic_airflow.operators.base import KineticBaseOperator
 from kinetic_airflow.triggers import EVENT_ERROR
 
@@ -81,6 +82,8 @@ class KineticBatchOperator(KineticBaseOperator):
         verb = "Reattached to" if batch.reattached else "Submitted"
         self.log.info("%s kinetic batch %s (%s inputs)", verb, batch.group_id, batch.total)
         context["ti"].xcom_push(key="group_id", value=batch.group_id)
+        for key, url in link_xcoms(None).items():  # a batch has no single job page
+            context["ti"].xcom_push(key=key, value=url)
         store_set(state_store(context), STORE_GROUP_ID, batch.group_id)
         batch.wait_submitted()
         if self.deferrable:

@@ -19,7 +19,7 @@ from kinetic_airflow.identity import (
     store_set,
 )
 from kinetic_airflow.lineage import job_lineage
-from kinetic_airflow.links import job_urls
+from kinetic_airflow.links import link_xcoms
 from kinetic_airflow.operators.base import KineticBaseOperator
 from kinetic_airflow.triggers import EVENT_ERROR
 
@@ -111,7 +111,7 @@ class KineticOperator(KineticBaseOperator):
         self._handle = handle
         ti = context["ti"]
         ti.xcom_push(key="job_id", value=handle.job_id)
-        for key, url in job_urls(handle).items():
+        for key, url in link_xcoms(handle).items():
             ti.xcom_push(key=key, value=url)
         store = state_store(context)
         store_set(store, STORE_JOB_ID, handle.job_id)
