@@ -72,7 +72,7 @@ def test_signing_key_stays_out_of_rendered_fields_xcom_logs_and_handles(
     assert KEY.encode() not in _db_file().read_bytes()  # nowhere in Airflow's database
     assert KEY not in "".join(capfd.readouterr())  # nor in the task logs
 
-    job_ids = [x for x in xcoms if isinstance(x, str) and (jobs / x).is_dir()]
+    job_ids = [x for x in xcoms if isinstance(x, str) and x and (jobs / x).is_dir()]
     assert len(job_ids) == 6
     for job_id in job_ids:
         for record in (jobs / job_id).iterdir():
