@@ -98,8 +98,8 @@ def test_operator_keeps_the_key_out_of_its_templated_target() -> None:
 
 
 def test_a_key_that_appears_only_when_rendered_is_refused_with_what_to_do() -> None:
-    from airflow.sdk.exceptions import AirflowFailException
     from kinetic_airflow import KineticJobSensor
+    from kinetic_airflow.compat import AirflowFailException  # its home differs before 3.2
 
     with DAG(f"kt_render_{uuid.uuid4().hex[:8]}", **START):
         op = KineticOperator(task_id="t", python_callable=add, target="{{ var.value.target }}")
