@@ -54,11 +54,14 @@ class Tracker:
         self.retries = retries
         self.final: dict[int, tuple[JobHandle, JobState]] = {}
         self.latest: dict[int, JobState] = {}  # last observed state of pending children
+        # What this tick's pending() and done() read, so progress() reads nothing again.
+        self._jobs: list[JobHandle | None] | None = None
+        self._failures: dict[int, BaseException] | None = None
         target = records.manifest["target"]
         self.interval = min(float(target.get("poll_interval") or DEFAULT_INTERVAL), 5.0)
 
     def pending(self) -> list[JobHandle]:
-        jobs = self.records.latest_jobs()
+        self._jobs = jobs = self.records.latest_jobs()
         return [j for i, j in enumerate(jobs) if j is not None and i not in self.final]
 
     def settle(self, observed: Iterable[tuple[JobHandle, JobState]]) -> list[int]:
@@ -87,11 +90,15 @@ class Tracker:
         return newly
 
     def done(self) -> bool:
-        return len(self.final) + len(self.records.submission_failures()) >= self.records.total
+        self._failures = failures = self.records.submission_failures()
+        return len(self.final) + len(failures) >= self.records.total
 
     def progress(self) -> BatchProgress:
-        failures = self.records.submission_failures()
-        jobs = self.records.latest_jobs()
+        """Counts from what this tick already read (pending() and done())."""
+        jobs = self._jobs if self._jobs is not None else self.records.latest_jobs()
+        failures = self._failures
+        if failures is None:
+            failures = self.records.submission_failures()
         counts: dict[ChildStatus, int] = {}
         for i, job in enumerate(jobs):
             if i in self.final:
