@@ -40,6 +40,13 @@ _EXPORTS = {
     "run_in_background": "kinetic_core.polling",
     "on_background_loop": "kinetic_core.polling",
     "validate_id": "kinetic_core.ids",
+    "describe_failure": "kinetic_core.failures",
+    "describe_batch_failure": "kinetic_core.failures",
+    "failure_of": "kinetic_core.failures",
+    "job_links": "kinetic_core.links",
+    "LINK_KINDS": "kinetic_core.links",
+    "cancel_on_termination": "kinetic_core.termination",
+    "install_termination_handler": "kinetic_core.termination",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -111,8 +118,10 @@ if TYPE_CHECKING:
         SubmissionError,
         WaitTimeout,
     )
+    from kinetic_core.failures import describe_batch_failure, describe_failure, failure_of
     from kinetic_core.ids import validate_id
     from kinetic_core.jobs import JobHandle, attach, list_jobs
+    from kinetic_core.links import LINK_KINDS, job_links
     from kinetic_core.logs import LogStream
     from kinetic_core.polling import (
         SharedPoller,
@@ -124,3 +133,4 @@ if TYPE_CHECKING:
     from kinetic_core.states import ChildStatus, JobState, JobStatus
     from kinetic_core.status import resolve_states
     from kinetic_core.submission import asubmit, submit
+    from kinetic_core.termination import cancel_on_termination, install_termination_handler

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 import click
@@ -150,9 +149,7 @@ def _report_failure(handle: kc.JobHandle, exc: BaseException, as_json: bool) -> 
             error["log_tail"] = exc.log_tail
         render.emit_json({"job_id": handle.job_id, "error": error})
     else:
-        click.echo("".join(traceback.format_exception_only(exc)).rstrip(), err=True)
-        if isinstance(exc, kc.JobFailed) and exc.log_tail:
-            click.echo(f"last log lines:\n{exc.log_tail}", err=True)
+        click.echo(kc.describe_failure(handle, exc), err=True)
     return JOB_FAILED
 
 

@@ -11,7 +11,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 import kinetic_core as kc
 from kinetic_airflow.compat import AirflowException, AirflowNotFoundException
 from kinetic_airflow.deferral import defer_to_trigger
-from kinetic_airflow.failures import KineticJobError, describe_failure, failure_of
+from kinetic_airflow.failures import KineticJobError
 from kinetic_airflow.hooks import DEFAULT_CONN_ID, KineticHook
 from kinetic_airflow.secrecy import split_signing_key, with_signing_key
 from kinetic_airflow.triggers import EVENT_ERROR
@@ -73,8 +73,8 @@ class KineticJobSensor(BaseSensorOperator):
                 f"job {handle.job_id} is {state.status.value}", state=state
             )
             if state.status is kc.JobStatus.FAILED:
-                exc = failure_of(handle, fallback=exc)
-            raise KineticJobError(describe_failure(handle, exc))
+                exc = kc.failure_of(handle, fallback=exc)
+            raise KineticJobError(kc.describe_failure(handle, exc))
         if self.collect_result:
             return handle.result(timeout=60, cleanup=False)
         return None

@@ -32,7 +32,6 @@ from kinetic_prefect.identity import task_run_identity
 from kinetic_prefect.retries import compose_retry_condition
 from kinetic_prefect.spec import JobSpec, check_callable
 from kinetic_prefect.tasks import KineticTask
-from kinetic_prefect.termination import cancelled_on_termination
 
 _log = logging.getLogger("kinetic_prefect")
 
@@ -68,7 +67,7 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
     target = await resolve_target(spec.config, spec.overrides)
     key, identity_tags = task_run_identity(ctx, (opts.inputs, opts.input_mode), {})
     batch = await kc.asubmit_map(
-        spec.remote_callable(),
+        spec.fn,
         opts.inputs,
         target=target,
         max_concurrency=opts.max_concurrency,
@@ -99,7 +98,7 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
 
     progress: kc.BatchProgress | None = None
     try:
-        with cancelled_on_termination(batch, enabled=spec.cancel_on_cancel):
+        with kc.cancel_on_termination(batch, enabled=spec.cancel_on_cancel):
             async for progress in batch.aprogress(every=opts.progress_interval, until=cancelling):
                 await _update_progress(progress, artifact_id, logger)
                 logger.info("Kinetic batch %s: %s", batch.group_id, progress.describe())

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -26,25 +25,6 @@ class JobSpec:
     job_name: str
     job_tags: dict[str, str]
     keep_result: bool
-
-    def remote_callable(self) -> Callable[..., Any]:
-        return run_coroutine_function(self.fn) if inspect.iscoroutinefunction(self.fn) else self.fn
-
-
-def run_coroutine_function(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
-    """A plain callable that runs the async ``fn`` with ``asyncio.run`` on the remote side.
-
-    Built as a closure so cloudpickle ships it by value (the remote side need not have
-    kinetic_prefect installed).
-    """
-
-    def run_async_function(*args: Any, **kwargs: Any) -> Any:
-        import asyncio as _asyncio
-
-        return _asyncio.run(fn(*args, **kwargs))
-
-    run_async_function.__qualname__ = run_async_function.__name__ = getattr(fn, "__name__", "fn")
-    return run_async_function
 
 
 def check_callable(fn: Any) -> None:

@@ -28,7 +28,6 @@ from kinetic_prefect.config import TARGET_FIELDS, ConfigLike, check_config, reso
 from kinetic_prefect.identity import task_run_identity
 from kinetic_prefect.retries import compose_retry_condition
 from kinetic_prefect.spec import JobSpec, check_callable
-from kinetic_prefect.termination import cancelled_on_termination, install
 
 _log = logging.getLogger("kinetic_prefect")
 
@@ -91,7 +90,7 @@ async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     target = await resolve_target(spec.config, spec.overrides)
     key, identity_tags = task_run_identity(ctx, args, kwargs)
     handle = await kc.asubmit(
-        spec.remote_callable(),
+        spec.fn,
         args,
         kwargs,
         target=target,
@@ -110,7 +109,7 @@ async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     )
     flow_run_id = ctx.task_run.flow_run_id if ctx is not None else None
     try:
-        with cancelled_on_termination(handle, enabled=spec.cancel_on_cancel):
+        with kc.cancel_on_termination(handle, enabled=spec.cancel_on_cancel):
             state = await follow_job(
                 handle, logger, log_interval=spec.log_interval, flow_run_id=flow_run_id
             )
@@ -211,7 +210,7 @@ def kinetic_task(
 
     def decorate(f: Callable[..., Any]) -> KineticTask:
         check_callable(f)
-        install()  # decoration usually happens in the main thread, where signals can be caught
+        kc.install_termination_handler()  # decoration usually happens in the main thread, where signals can be caught
         spec = JobSpec(
             fn=f,
             config=checked_config,

@@ -1,70 +1,23 @@
-"""Extra links: Cloud Console pages for Kubernetes/GKE jobs in a project, none for local jobs."""
+"""Extra links: each kind of job link is an Airflow operator link fed by XCom."""
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
-
-from kinetic_airflow.links import LINKS, job_urls, logs_url, workload_url
+from kinetic_airflow.links import LINKS, XCOM_KEYS, link_xcoms
 
 import kinetic_core as kc
 
-CONTEXT = "gke_my-proj_us-central1_train-cluster"
 
-
-def handle(storage: str = "file:///tmp/kinetic", **target: Any) -> kc.JobHandle:
-    return kc.JobHandle.from_dict({"job_id": "k0123abcd-2", "storage": storage, "target": target})
-
-
-def test_gke_job_with_known_cluster_links_its_job_page_and_pod_logs() -> None:
-    job = handle(backend="gke", project="my-proj", namespace="training", kube_context=CONTEXT)
-    page = urlsplit(workload_url(job) or "")
-    assert page.scheme == "https" and page.netloc == "console.cloud.google.com"
-    assert page.path == (
-        "/kubernetes/job/us-central1/train-cluster/training/kinetic-k0123abcd-2/details"
+def test_every_link_kind_has_an_operator_link_and_an_xcom() -> None:
+    assert [link.xcom_key for link in LINKS] == [XCOM_KEYS[k] for k in kc.LINK_KINDS]
+    job = kc.JobHandle.from_dict(
+        {"job_id": "k0123abcd-2", "storage": "gs://b/p", "target": {"backend": "local"}}
     )
-    assert parse_qs(page.query) == {"project": ["my-proj"]}
-    logs = logs_url(job) or ""
-    assert logs.startswith("https://console.cloud.google.com/logs/query;query=")
-    query = unquote(logs.split(";query=")[1].split("?")[0])
-    assert query.splitlines() == [
-        'resource.type="k8s_container"',
-        'resource.labels.project_id="my-proj"',
-        'resource.labels.location="us-central1"',
-        'resource.labels.cluster_name="train-cluster"',
-        'resource.labels.namespace_name="training"',
-        'labels."k8s-pod/job-name"="kinetic-k0123abcd-2"',
-    ]
-    assert logs.endswith("?project=my-proj")
-
-
-def test_unknown_cluster_links_the_projects_workloads_and_default_namespace() -> None:
-    job = handle(backend="kubernetes", project="my-proj", kube_context="minikube")
-    page = urlsplit(workload_url(job) or "")
-    assert page.path == "/kubernetes/workload/overview"
-    assert parse_qs(page.query) == {"project": ["my-proj"], "q": ["kinetic-k0123abcd-2"]}
-    query = unquote((logs_url(job) or "").split(";query=")[1])
-    assert 'resource.labels.namespace_name="default"' in query
-    assert "cluster_name" not in query
-
-
-def test_no_web_page_no_link() -> None:
-    assert job_urls(handle(backend="local")) == {}
-    assert job_urls(handle(backend="local", project="my-proj")) == {}  # local: no console page
-    assert job_urls(handle(backend="kubernetes")) == {}  # no GCP project: no console
-    files = job_urls(handle(storage="gs://bucket/kinetic", backend="local"))
-    assert files == {
-        "kinetic_files_url": "https://console.cloud.google.com/storage/browser/bucket/kinetic/jobs/k0123abcd-2"
+    assert link_xcoms(job) == {
+        "kinetic_job_url": "",
+        "kinetic_logs_url": "",
+        "kinetic_files_url": "https://console.cloud.google.com/storage/browser/b/p/jobs/k0123abcd-2",
     }
-
-
-def test_every_link_is_http() -> None:
-    job = handle(
-        storage="gs://b/p", backend="gke", project="p", namespace="n", kube_context="gke_p_eu_c"
-    )
-    urls = job_urls(job)
-    assert set(urls) == {link.xcom_key for link in LINKS}
-    assert all(url.startswith("https://") for url in urls.values())
+    assert link_xcoms(None) == dict.fromkeys(XCOM_KEYS.values(), "")
 
 
 def test_openlineage_dataset_names_follow_the_naming_spec() -> None:

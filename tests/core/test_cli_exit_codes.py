@@ -118,7 +118,9 @@ def test_result_of_a_failed_job_prints_the_remote_traceback_once(
 ) -> None:
     rc, out, err = cli(capsys, "--storage", jobs.uri, "jobs", "result", jobs.bad.job_id, "--keep")
     assert rc == 1 and out == ""
-    assert err.startswith("ValueError: learning rate too high\n")
+    head, error = err.splitlines()[:2]
+    assert head.startswith(f"Kinetic job {jobs.bad.job_id} (attempt 1) FAILED (reason: Error")
+    assert error == "ValueError: learning rate too high"
     assert err.count("Remote traceback") == 1
     assert err.count("raise ValueError(message)") == 1  # the remote source line, once
 

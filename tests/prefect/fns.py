@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -67,3 +68,9 @@ def wait_for_release(workdir: str, value: int) -> int:
     while not (folder / "release").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     return value * 2
+
+
+async def async_square(x: int) -> int:
+    """An async function: the job's runner awaits it remotely."""
+    await asyncio.sleep(0)
+    return x * x

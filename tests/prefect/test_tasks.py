@@ -45,6 +45,16 @@ def test_is_a_real_prefect_task_in_sync_and_async_flows() -> None:
     assert all(s.status is kc.JobStatus.SUCCEEDED for s in kc.resolve_states(jobs_named("double")))
 
 
+def test_an_async_function_runs_remotely_and_returns_its_value() -> None:
+    square = kinetic_task(fns.async_square, log_interval=0.3)
+
+    @flow
+    def squares() -> int:
+        return square(7)
+
+    assert squares() == 49
+
+
 def test_remote_failure_is_failed_with_remote_traceback() -> None:
     boom = kinetic_task(fns.boom, log_interval=0.3)
 

@@ -8,7 +8,7 @@ from typing import Any
 import kinetic_core as kc
 from kinetic_airflow.compat import AirflowException, AirflowFailException
 from kinetic_airflow.deferral import defer_to_trigger
-from kinetic_airflow.failures import KineticJobError, describe_batch_failure
+from kinetic_airflow.failures import KineticJobError
 from kinetic_airflow.identity import (
     STORE_DELIVERED,
     STORE_GROUP_ID,
@@ -109,7 +109,7 @@ class KineticBatchOperator(KineticBaseOperator):
         try:
             values = batch.results(return_exceptions=self.return_exceptions, timeout=60)
         except kc.BatchError as exc:
-            message = describe_batch_failure(exc)
+            message = kc.describe_batch_failure(exc)
             self.log.error("%s", message)
             raise KineticJobError(message) from exc
         if self.return_exceptions:

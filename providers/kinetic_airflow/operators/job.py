@@ -9,7 +9,7 @@ import kinetic_core as kc
 from kinetic_airflow.assets import annotate_outlets
 from kinetic_airflow.compat import AirflowException, AirflowFailException
 from kinetic_airflow.deferral import defer_to_trigger
-from kinetic_airflow.failures import KineticJobError, describe_failure
+from kinetic_airflow.failures import KineticJobError
 from kinetic_airflow.identity import (
     STORE_DELIVERED,
     STORE_HANDLE,
@@ -157,7 +157,7 @@ class KineticOperator(KineticBaseOperator):
             try:
                 value = handle.result(timeout=60)
             except Exception as exc:
-                message = describe_failure(handle, exc)
+                message = kc.describe_failure(handle, exc)
                 self.log.error("%s", message)
                 raise KineticJobError(message) from exc
         self.log.info("Kinetic job %s succeeded", handle.job_id)

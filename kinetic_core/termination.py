@@ -1,19 +1,19 @@
-"""The process is being terminated: cancel the jobs its kinetic tasks are waiting on.
+"""A terminated process cancels the jobs it is waiting on.
 
-A worker stops a flow-run process with SIGTERM (cancel, shutdown, pod eviction). Prefect's
-flow engine turns that signal into ``TerminationSignal`` in the *main* thread, marks the
-run crashed or cancelled, then restores the previous handler and sends the signal again.
-A kinetic task usually waits in another thread (a sync flow runs async tasks on a loop
-thread), so the exception never reaches it and nothing would cancel its job. This module
-keeps the jobs being waited on in a process-wide set and cancels them:
+A scheduler stops a process with SIGTERM (a cancelled run, a worker shutdown, a pod
+eviction). A detached job would outlive it and keep its accelerators busy for nobody, so
+jobs and batches waited on inside ``cancel_on_termination(work)`` are kept in a
+process-wide set and cancelled:
 
-- from a SIGTERM handler installed beneath Prefect's (chained to whatever handler was
-  there before, then the signal's default action), and
-- at interpreter exit (a runner-driven cancel ends the process by exception, not by the
+- from a SIGTERM handler, chained to whatever handler was there before (an orchestrator's
+  own), then the signal's default action, and
+- at interpreter exit (an orchestrator may end the process by exception, not by the
   signal's default action).
 
-A hard kill (SIGKILL, OOM) runs nothing here: the job keeps running and the next attempt
-of the task run reattaches to it.
+The wait often happens outside the main thread (Prefect runs async tasks on a loop
+thread), where the orchestrator's exception never arrives; the handler does not care.
+A hard kill (SIGKILL, OOM) runs nothing: the job keeps running, and the next attempt of
+the task reattaches to it by its idempotency key.
 """
 
 from __future__ import annotations
@@ -28,10 +28,13 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-import kinetic_core as kc
+from kinetic_core.batch import BatchHandle
+from kinetic_core.jobs import JobHandle
 
-_log = logging.getLogger("kinetic_prefect")
-Work = kc.JobHandle | kc.BatchHandle
+__all__ = ["cancel_on_termination", "cancel_waiting", "install_termination_handler"]
+
+_log = logging.getLogger("kinetic_core")
+Work = JobHandle | BatchHandle
 
 _waiting: dict[int, Work] = {}
 _lock = threading.Lock()
@@ -40,12 +43,12 @@ _installed = False
 
 
 @contextlib.contextmanager
-def cancelled_on_termination(work: Work, *, enabled: bool = True) -> Iterator[None]:
+def cancel_on_termination(work: Work, *, enabled: bool = True) -> Iterator[None]:
     """While the body runs, a SIGTERM or the interpreter's exit cancels ``work``."""
     if not enabled:
         yield
         return
-    install()
+    install_termination_handler()
     with _lock:
         _waiting[id(work)] = work
     try:
@@ -55,8 +58,10 @@ def cancelled_on_termination(work: Work, *, enabled: bool = True) -> Iterator[No
             _waiting.pop(id(work), None)
 
 
-def install() -> None:
-    """Install the SIGTERM handler and the exit hook once (signals: main thread only)."""
+def install_termination_handler() -> None:
+    """Install the SIGTERM handler and the exit hook once. Signals can only be caught
+    from the main thread: call this there (e.g. at import or decoration time) when the
+    waits happen elsewhere; from another thread it does nothing."""
     global _installed, _previous
     with _lock:
         if _installed or threading.current_thread() is not threading.main_thread():
@@ -70,12 +75,12 @@ def install() -> None:
 
 
 def cancel_waiting(why: str) -> None:
-    """Cancel every job and batch a kinetic task in this process is waiting on."""
+    """Cancel every job and batch waited on in this process."""
     with _lock:
         works = list(_waiting.values())
         _waiting.clear()
     for work in works:
-        what = f"job {work.job_id}" if isinstance(work, kc.JobHandle) else f"batch {work.group_id}"
+        what = f"job {work.job_id}" if isinstance(work, JobHandle) else f"batch {work.group_id}"
         try:
             work.cancel()
         except Exception as exc:  # one failure must not keep the others running
