@@ -210,7 +210,8 @@ def test_secret_is_owned_from_its_creation(
     kube: kc.Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The submitter dies right after creating the Secret: it is already owned by the Job."""
-    backend = _backend(kube)
+    target = kube.merge({"signing_key": "k3y"})
+    backend = _backend(target)
     real_call = backend.client.call
     created: list[str] = []
 
@@ -223,7 +224,7 @@ def test_secret_is_owned_from_its_creation(
 
     monkeypatch.setattr(backend.client, "call", call)
     with pytest.raises(KeyboardInterrupt):
-        kc.submit(k8s_fns.square, (1,), target=kube.merge({"signing_key": "k3y"}))
+        kc.submit(k8s_fns.square, (1,), target=target)
     monkeypatch.undo()
     [name] = created
     secret = _get(backend, "secrets", name)
@@ -258,6 +259,7 @@ def test_wrong_ca_is_a_config_error_naming_the_ca(
 ) -> None:
     from cluster import pki
 
+    (tmp_path / "other-ca").mkdir()
     other_ca = pki.CertAuthority(tmp_path / "other-ca")
     config = json.loads(Path(k8s_cluster.kubeconfig_path).read_text())
     config["clusters"][0]["cluster"]["certificate-authority"] = str(other_ca.cert_path)
