@@ -192,6 +192,37 @@ def test_pod_on_an_unreachable_node_is_lost(
     job.cleanup()
 
 
+def test_node_state_translation_fixtures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a cluster: what a pod on a troubled node reads, before and after the grace."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    pod = {
+        "metadata": {},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]},
+    }
+    job = {"status": {"active": 1}}
+    unknown = {
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "Unknown", "lastTransitionTime": now, "message": "gone"}
+            ]
+        }
+    }
+    tainted = {
+        "spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "timeAdded": now}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    fine = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert kube_states.job_state(job, [pod], {"n1": fine}).reason is None
+    for node in (unknown, tainted):
+        state = kube_states.job_state(job, [pod], {"n1": node})
+        assert (state.phase, state.reason) == ("running", "NodeUnreachable"), node
+        assert "node n1 unreachable" in (state.message or "")
+    monkeypatch.setattr(kube_states, "NODE_LOST_GRACE", -1.0)
+    assert kube_states.job_state(job, [pod], {"n1": unknown}).phase == "gone"
+    assert kube_states.job_state(job, [pod], {}).phase == "running"  # node unreadable
+
+
 # ---- 5. no ownerless Secret holding the signing key ---------------------------------------
 
 

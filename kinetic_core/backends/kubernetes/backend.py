@@ -57,8 +57,9 @@ class KubernetesBackend:
 
         The signing-key Secret is created after the Job, already owned by it: no moment
         exists where a Secret could be left without an owner (a rejected Job creates no
-        Secret; a submitter dying after the Job leaves a pod waiting for its Secret, which
-        a resubmission of the same id creates)."""
+        Secret; a submitter dying after the Job leaves a pod waiting for its Secret, pending
+        with reason CreateContainerConfigError until ``schedule_timeout`` ends it, and
+        launching the same id again creates the Secret)."""
         manifest = job_manifest(spec, self.namespace)
         name = manifest["metadata"]["name"]
         jobs = self.client.ns("jobs")
