@@ -40,6 +40,7 @@ FINISHED = "finished.json"
 STOP = "stop.json"  # written by older versions; read as evidence
 OUTCOME = "outcome.json"
 COLLECTED = "collected.json"
+LAUNCHED = "launched.json"  # the backend accepted the job (a later "not found" means deleted)
 LOG = "output.log"
 # What cleanup(storage=True) deletes: the envelopes. The records stay as a tombstone.
 ENVELOPES = (PAYLOAD, RESULT)

@@ -8,6 +8,10 @@ every async waiter, from any event loop (an Airflow triggerer, Prefect's per-thr
 loops), registers its handle there, and one ``resolve_states`` call per tick covers them
 all (one bulk backend poll per scope), run in a worker thread so no loop ever blocks on
 a backend or storage call.
+
+Both loops ride out a backend outage: a poll that fails with a transient ``BackendError``
+(the backend already retried it) is logged and the wait goes on, up to ``OUTAGE_LIMIT``
+of continuous failure; past the caller's timeout the wait ends with ``WaitTimeout``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import logging
 import os
 import threading
 import time
@@ -22,9 +27,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-from kinetic_core.errors import WaitTimeout
+from kinetic_core.errors import BackendError, WaitTimeout
 from kinetic_core.states import JobState
 from kinetic_core.status import backend_for, resolve_states
+
+log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -36,6 +43,43 @@ FIRST_DELAY = 0.005
 GROWTH = 1.3
 DEFAULT_INTERVAL = 5.0
 COALESCE = 0.02  # async waiters registering within this window share their first poll
+OUTAGE_LIMIT = 900.0  # seconds of continuously failing polls a wait rides out
+OUTAGE_LOG_EVERY = 60.0
+
+
+@dataclass
+class Outage:
+    """Transient backend failures of one wait: tolerated (and logged) while they last less
+    than ``OUTAGE_LIMIT``; anything else is raised."""
+
+    since: float | None = None
+    logged: float = 0.0
+
+    def failed(self, exc: BaseException) -> None:
+        """Called from ``except``: returns to keep waiting, or re-raises ``exc``."""
+        if not (isinstance(exc, BackendError) and exc.transient):
+            raise exc
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        if now - self.since > OUTAGE_LIMIT:
+            raise exc
+        if now - self.logged >= OUTAGE_LOG_EVERY:
+            self.logged = now
+            log.warning(
+                "kinetic: cannot reach the backend for %.0fs, still waiting (jobs are "
+                "unaffected; gives up after %.0fs): %s",
+                now - self.since,
+                OUTAGE_LIMIT,
+                exc,
+            )
+
+    def ok(self) -> None:
+        if self.since is not None:
+            log.warning(
+                "kinetic: backend reachable again after %.0fs", time.monotonic() - self.since
+            )
+        self.since, self.logged = None, 0.0
 
 
 def interval_of(ref: Any) -> float:
@@ -130,24 +174,40 @@ def timeout_message(states: list[JobState]) -> str:
     )
 
 
+def unanswered_message(refs: list[Any]) -> str:
+    more = f" and {len(refs) - 1} more" if len(refs) > 1 else ""
+    return (
+        f"still waiting for {refs[0].job_id if refs else '?'}{more}: the backend did not answer "
+        "(an outage?). The job keeps running and its handle stays valid: wait again, or "
+        "reattach later with kinetic_core.attach(job_id)."
+    )
+
+
 def wait_states(refs: list[Any], *, timeout: float | None = None) -> list[JobState]:
     """Block until every job is terminal; return their states in order."""
     latest: list[JobState] = []
     interval = min((interval_of(r) for r in refs), default=DEFAULT_INTERVAL)
 
     def describe() -> str:
-        return timeout_message(latest)
+        return timeout_message(latest) if latest else unanswered_message(refs)
 
     def watching() -> list[Any]:
         return [refs[i] for i, s in enumerate(latest) if not s.terminal] if latest else []
 
+    outage = Outage()
     for _ in poll_ticks(interval=interval, timeout=timeout, describe=describe, watching=watching):
-        if not latest:
-            latest.extend(resolve_states(refs))
-        else:
-            pending = [i for i, s in enumerate(latest) if not s.terminal]
-            for i, state in zip(pending, resolve_states([refs[i] for i in pending]), strict=True):
-                latest[i] = state
+        try:
+            if not latest:
+                latest.extend(resolve_states(refs))
+            else:
+                pending = [i for i, s in enumerate(latest) if not s.terminal]
+                states = resolve_states([refs[i] for i in pending])
+                for i, state in zip(pending, states, strict=True):
+                    latest[i] = state
+        except BackendError as exc:
+            outage.failed(exc)
+            continue
+        outage.ok()
         if all(s.terminal for s in latest):
             break
     return latest
@@ -184,6 +244,7 @@ class SharedPoller:
     schedules: dict[str, _Schedule] = field(default_factory=dict)
     latest: dict[str, JobState] = field(default_factory=dict)
     polls: int = 0  # resolve_states calls made: what the benchmarks and tests count
+    outage: Outage = field(default_factory=Outage)
     _task: asyncio.Task[None] | None = None
     _wake: asyncio.Event | None = None
 
@@ -246,12 +307,18 @@ class SharedPoller:
             polled_at = loop.time()  # cadence counts from the poll's start, not its end
             try:
                 states = await asyncio.to_thread(resolve_states, refs)
-            except (
-                Exception
-            ) as exc:  # persistent errors reach the waiters; backends retry transient ones
-                for w in self.waiters:
-                    if not w.future.done():
-                        w.future.set_exception(exc)
+                self.outage.ok()
+            except Exception as exc:
+                try:  # an outage is ridden out; persistent errors reach the waiters
+                    self.outage.failed(exc)
+                except Exception:
+                    for w in self.waiters:
+                        if not w.future.done():
+                            w.future.set_exception(exc)
+                    continue
+                for ref in refs:
+                    schedule = self.schedules[ref.job_id]
+                    schedule.due = polled_at + next(schedule.delays)
                 continue
             by_job = {state.job_id: state for state in states}
             self.latest.update(by_job)

@@ -36,6 +36,7 @@ class Evidence:
     finished: dict[str, Any] | None = None
     stop: dict[str, Any] | None = None  # stop.json of older versions
     collected: dict[str, Any] | None = None
+    launched: dict[str, Any] | None = None  # the submitter saw backend.launch() return
 
 
 def read_json(storage: Storage, key: str) -> dict[str, Any] | None:
@@ -120,6 +121,7 @@ def read_evidence(storage: Storage, job_id: str) -> Evidence:
         finished=read_json(storage, layout.job_file(job_id, layout.FINISHED)),
         stop=read_json(storage, layout.job_file(job_id, layout.STOP)),
         collected=read_json(storage, layout.job_file(job_id, layout.COLLECTED)),
+        launched=read_json(storage, layout.job_file(job_id, layout.LAUNCHED)),
     )
     result = layout.job_file(job_id, layout.RESULT)
     if ev.finished is None and storage.exists(result):

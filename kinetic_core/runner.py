@@ -24,7 +24,7 @@ from kinetic_core.payload import (
     skew_note,
     success_body,
 )
-from kinetic_core.records import BY_RUNNER, decide, read_outcome, write_record
+from kinetic_core.records import BY_RUNNER, decide, read_json, read_outcome, write_record
 from kinetic_core.storage import Storage, open_storage
 
 
@@ -62,7 +62,8 @@ def run_job(storage_uri: str, job_id: str) -> int:
             f"kinetic: job {job_id} is already {decided['status']}; not running it", file=sys.stderr
         )
         return 1
-    write_record(storage, job_id, layout.STARTED, event="started")
+    if not write_record(storage, job_id, layout.STARTED, create_only=True, event="started"):
+        return _refuse_second_run(storage, job_id)
     phase = "load"
     try:
         call = _load_call(storage, job_id, signing_key)
@@ -86,6 +87,23 @@ def run_job(storage_uri: str, job_id: str) -> int:
         body = failure_body(exc, phase=phase, traceback_text=tb)
     _store(storage, job_id, body, signing_key)
     return 0 if body["success"] else 1
+
+
+def _refuse_second_run(storage: Storage, job_id: str) -> int:
+    """The job's function already started once: this process is a replacement (a deleted or
+    evicted pod that Kubernetes restarted, say). A job id means one execution, so nothing
+    runs; the job ends FAILED/Lost unless the first run decided already."""
+    first = read_json(storage, layout.job_file(job_id, layout.STARTED)) or {}
+    message = (
+        f"the job's function started once already (on {first.get('host', '?')}, pid "
+        f"{first.get('pid', '?')}) and its process was replaced (pod deleted, evicted or "
+        "its node lost); kinetic refused to run the function more than once. Submit again "
+        "(or let a recovery policy start a new attempt) to rerun it."
+    )
+    won, winner = decide(storage, job_id, "FAILED", "Lost", message, by=BY_RUNNER, exit_code=1)
+    outcome = "recorded as Lost" if won else f"it is {(winner or {}).get('status')}"
+    print(f"kinetic: job {job_id} ran already; not running it again ({outcome})", file=sys.stderr)
+    return 1
 
 
 async def _await(value: Any) -> Any:

@@ -2,11 +2,12 @@
 
 Order of truth: the job's ``outcome.json`` (created once by whoever decided first: the
 runner, ``cancel()``, a deadline, or a resolution that sealed what it saw) decides, and
-once it exists the terminal state never changes; a job whose runner decided but whose
-process is still exiting reads RUNNING until it is gone. Without an outcome: the
-backend's state, checked against ``schedule_timeout`` and ``life_span``; then a finished
-record / result envelope (SUCCEEDED or FAILED); a backend exit; a job the backend lost
-without a result is FAILED with reason ``Lost``. A terminal state found without an
+once it exists the terminal state never changes, whatever the backend still says (its
+last status update may have been lost: storage beats a stale RUNNING/PENDING). Without
+an outcome: the backend's state, checked against ``schedule_timeout`` and ``life_span``;
+then a finished record / result envelope (SUCCEEDED or FAILED); a backend exit; a job
+the backend lost without a result is FAILED with reason ``Lost`` (at once when the
+launch was recorded and the backend no longer knows the job: someone deleted it). A terminal state found without an
 outcome is sealed into one (best effort: read-only storage cannot). Backends are asked in
 bulk: one ``poll`` per backend scope for all jobs passed in.
 """
@@ -117,7 +118,7 @@ def _resolve_one(
         )
 
     outcome = read_outcome(storage, ref.job_id)
-    if outcome is not None and not (running(b) and outcome.get("by") == BY_RUNNER):
+    if outcome is not None:
         return decided(outcome)
     if b.phase == "pending":
         limit = ref.target.get("schedule_timeout")
@@ -200,7 +201,17 @@ def _from_evidence(
         return state(JobStatus.FAILED, reason, message, ev)
     if b.phase == "gone":
         return state(JobStatus.FAILED, "Lost", b.message or "the job vanished without a result", ev)
-    # not_found. Young jobs are still being submitted: the runner can even have started
+    # not_found. A recorded launch means the backend had the job: it was deleted.
+    if ev.launched is not None:
+        return state(
+            JobStatus.FAILED,
+            "Lost",
+            f"{b.message or 'the backend has no record of the job'}; it was launched at "
+            f"{timestamp(ev.launched.get('at'))} and deleted before storing a result "
+            "(not by kinetic: a cancel would say so)",
+            ev,
+        )
+    # Young jobs are still being submitted: the runner can even have started
     # before the submitter recorded the launch (a zygote forks in about a millisecond).
     if now - ref.created_at < SUBMIT_GRACE:
         return state(JobStatus.PENDING, "Submitting", "submission in progress", ev)

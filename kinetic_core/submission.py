@@ -29,6 +29,7 @@ from kinetic_core.ids import keyed_id, new_id
 from kinetic_core.jobs import JobHandle, load_handle
 from kinetic_core.payload import dump_envelope
 from kinetic_core.polling import in_thread
+from kinetic_core.records import try_write_record
 from kinetic_core.states import JobStatus
 from kinetic_core.storage import Storage, open_storage
 
@@ -187,6 +188,8 @@ class _Submission:
                         workdir=os.getcwd(),
                     )
                 )
+                # From here on, a backend that does not know the job means it was deleted.
+                try_write_record(storage, job_id, layout.LAUNCHED, backend=backend.name)
             except FileExistsError:
                 if created:
                     raise

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+import kinetic_core as kc
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster.cluster import (
@@ -81,3 +83,20 @@ def k8s_api_client(k8s_cluster: TestCluster) -> Iterator[client.ApiClient]:
         yield api_client
     finally:
         api_client.close()
+
+
+@pytest.fixture
+def kube(
+    k8s_cluster: TestCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[kc.Target]:
+    """A target on the test cluster with file:// storage the node agent's processes can read."""
+    monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig_path))
+    store = tmp_path / "store"
+    monkeypatch.setenv("KINETIC_STORAGE", f"file://{store}")
+    yield kc.Target(
+        backend="kubernetes",
+        kube_context="kinetic-test",
+        namespace="default",
+        pickle_by_value=["k8s_fns"],  # the job bodies of k8s_fns.py, shipped by value
+        poll_interval=0.5,
+    )

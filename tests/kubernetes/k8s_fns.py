@@ -27,3 +27,12 @@ def slow_talk(lines: int, pause: float) -> int:
 
 def sleep(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def record_run(path: str, seconds: float) -> int:
+    """Append one line per run of the function to ``path``, then sleep: counts executions."""
+    with open(path, "a") as fh:
+        fh.write(f"{os.getpid()}\n")
+    time.sleep(seconds)
+    with open(path) as fh:
+        return len(fh.read().splitlines())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +22,6 @@ from kinetic_core.backends.kubernetes import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_fns
-
-FNS = "k8s_fns"
-
-
-@pytest.fixture
-def kube(k8s_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[kc.Target]:
-    """A target on the test cluster with file:// storage the node agent's processes can read."""
-    monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig_path))
-    store = tmp_path / "store"
-    monkeypatch.setenv("KINETIC_STORAGE", f"file://{store}")
-    yield kc.Target(
-        backend="kubernetes",
-        kube_context="kinetic-test",
-        namespace="default",
-        pickle_by_value=[FNS],
-        poll_interval=0.5,
-    )
 
 
 def _backend(target: kc.Target) -> KubernetesBackend:

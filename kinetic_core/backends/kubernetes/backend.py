@@ -1,8 +1,11 @@
 """The kubernetes / gke backend: one ``batch/v1`` Job per kinetic job.
 
-``poll`` makes one label-selected LIST of Jobs and one of Pods per namespace for every
-watched job. Manifests come from ``manifest.py``, states from ``states.py``; every
-request goes through ``client.KubeClient.call`` (retries, error mapping).
+``poll`` makes one LIST of Jobs and one of Pods per namespace, label-selected by the
+watched job ids (``kinetic/job-id in (...)``), so its cost follows the jobs watched, not
+the finished Jobs kept in the namespace; a node is read only when a pod on it stops being
+Ready (to tell a lost node). Manifests come from ``manifest.py``, states from
+``states.py``; every request goes through ``client.KubeClient.call`` (retries, error
+mapping).
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ from kinetic_core.backends.kubernetes.manifest import (
     job_name,
     owner_patch,
     secret_manifest,
+    valid_labels,
 )
-from kinetic_core.backends.kubernetes.states import job_state
+from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
 from kinetic_core.config import Target
-from kinetic_core.errors import BackendError, SubmissionError
+from kinetic_core.errors import BackendError, ConfigError, SubmissionError
 
 LOG_CHUNK_LINES = 5000
+# Job ids per label-selected LIST: keeps the request URL well under server limits.
+POLL_CHUNK = 400
 
 
 class KubernetesBackend:
@@ -47,71 +53,84 @@ class KubernetesBackend:
         self.create_job(spec)
 
     def create_job(self, spec: LaunchSpec, *, dry_run: bool = False) -> dict[str, Any]:
-        """Create (or with ``dry_run`` server-side validate) the Job; returns what the API says."""
+        """Create (or with ``dry_run`` server-side validate) the Job; returns what the API says.
+
+        The signing-key Secret is created after the Job, already owned by it: no moment
+        exists where a Secret could be left without an owner (a rejected Job creates no
+        Secret; a submitter dying after the Job leaves a pod waiting for its Secret, pending
+        with reason CreateContainerConfigError until ``schedule_timeout`` ends it, and
+        launching the same id again creates the Secret)."""
         manifest = job_manifest(spec, self.namespace)
         name = manifest["metadata"]["name"]
         jobs = self.client.ns("jobs")
         query = {"dryRun": "All"} if dry_run else None
-        if spec.target.signing_key and not dry_run:
-            self._create_secret(spec)
         try:
             created: dict[str, Any] = self.client.call(
                 "POST", jobs, body=manifest, query=query, what=f"create Job {name}"
             )
         except BackendError as exc:
-            if exc.status == 409:
-                return {}
             if isinstance(exc, KubeApiError) and exc.status in (400, 422):
                 raise SubmissionError(f"Kubernetes rejected Job {name}: {exc.reason}") from exc
-            try:  # the create may have succeeded before the error reached us
-                return dict(self.client.call("GET", self.client.ns("jobs", name)))
+            try:  # it exists (409), or the create succeeded before the error reached us
+                created = dict(self.client.call("GET", self.client.ns("jobs", name)))
             except BackendError:
                 raise SubmissionError(f"Could not create Job {name}: {exc}") from exc
+            if exc.status == 409 and not spec.target.signing_key:
+                return {}
         if spec.target.signing_key and not dry_run:
-            self._own_secret(name, created)
+            self._create_secret(spec, created)
         return created
 
-    def _create_secret(self, spec: LaunchSpec) -> None:
+    def _create_secret(self, spec: LaunchSpec, job: dict[str, Any]) -> None:
+        """The signing-key Secret, owned by ``job`` from its creation."""
         name = job_name(spec.job_id)
+        body = secret_manifest(spec)
+        body["metadata"].update(owner_patch(name, job)["metadata"])
         try:
             self.client.call(
-                "POST",
-                self.client.ns("secrets"),
-                body=secret_manifest(spec),
-                what=f"create Secret {name}",
+                "POST", self.client.ns("secrets"), body=body, what=f"create Secret {name}"
             )
         except BackendError as exc:
             if exc.status != 409:
                 raise SubmissionError(f"Could not create Secret {name}: {exc}") from exc
 
-    def _own_secret(self, name: str, job: dict[str, Any]) -> None:
-        """Make the Job own its Secret so Kubernetes deletes both together."""
-        try:
-            self.client.call(
-                "PATCH",
-                self.client.ns("secrets", name),
-                body=owner_patch(name, job),
-                content_type="application/merge-patch+json",
-                what=f"own Secret {name}",
-            )
-        except KubeApiError:
-            pass  # best effort: the Job runs either way, and cancel deletes the Secret itself
-
     # ---- poll ---------------------------------------------------------------------------
     def poll(self, job_ids: list[str]) -> dict[str, BackendState]:
-        """One LIST of Jobs and one LIST of Pods (label app=kinetic) for all ``job_ids``."""
-        query = {"labelSelector": "app=kinetic"}
-        jobs = self.client.call("GET", self.client.ns("jobs"), query=query)["items"]
-        pods = self.client.call("GET", self.client.ns("pods"), query=query)["items"]
+        """One LIST of Jobs and one LIST of Pods, selected by the ids of ``job_ids``."""
+        # An id that is no label value cannot have been launched (its Job would be invalid).
+        ids = sorted({j for j in job_ids if valid_labels({"id": j})})
+        jobs: list[dict[str, Any]] = []
+        pods: list[dict[str, Any]] = []
+        for start in range(0, len(ids), POLL_CHUNK):
+            chunk = ",".join(ids[start : start + POLL_CHUNK])
+            query = {"labelSelector": f"app=kinetic,kinetic/job-id in ({chunk})"}
+            jobs += self.client.call("GET", self.client.ns("jobs"), query=query)["items"]
+            pods += self.client.call("GET", self.client.ns("pods"), query=query)["items"]
         by_job = {j["metadata"]["labels"].get("kinetic/job-id"): j for j in jobs}
         pods_by_job: dict[str, list[dict[str, Any]]] = {}
         for pod in pods:
-            pods_by_job.setdefault(pod["metadata"]["labels"].get("kinetic/job-id", ""), []).append(
-                pod
-            )
+            job_id = pod["metadata"]["labels"].get("kinetic/job-id", "")
+            pods_by_job.setdefault(job_id, []).append(pod)
+        nodes = self._nodes_of(pods)
         return {
-            job_id: job_state(by_job.get(job_id), pods_by_job.get(job_id, [])) for job_id in job_ids
+            job_id: job_state(by_job.get(job_id), pods_by_job.get(job_id, []), nodes)
+            for job_id in job_ids
         }
+
+    def _nodes_of(self, pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The Nodes of pods that run but stopped being Ready: is their node lost?
+        Nothing is read while every pod is fine. Without permission to read Nodes the
+        answer is "unknown" (an empty dict), never an error of the poll."""
+        names = {p["spec"].get("nodeName") for p in pods if pod_not_ready(p)} - {None}
+        nodes: dict[str, dict[str, Any]] = {}
+        for name in sorted(names):
+            try:
+                nodes[name] = self.client.call(
+                    "GET", f"/api/v1/nodes/{name}", what=f"read Node {name}"
+                )
+            except (KubeApiError, ConfigError):
+                continue
+        return nodes
 
     def sleep_until_change(self, job_ids: list[str], timeout: float) -> None:
         """Plain sleep: the API offers no cheap wake-up for a handful of Jobs."""

@@ -4,8 +4,10 @@ errors to kinetic's.
 Requests go through the official client's transport (kubeconfig, in-cluster, auth, TLS).
 Nothing foreign leaves ``KubeClient.call``: HTTP errors become ``KubeApiError`` (a
 ``BackendError`` carrying the status, so callers can branch on 404/409), rejected
-credentials become ``ConfigError`` and a transport failure that outlived the retries
-becomes ``BackendError``, all in ``api_errors``.
+credentials and a server certificate the configured CA does not verify become
+``ConfigError`` at once (never retried), and a transport failure that outlived the
+retries becomes a transient ``BackendError`` (waiting again is safe), all in ``api_errors``.
+``KubeClient.stats`` counts requests, bytes and objects read (what a poll costs).
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 # Fail at import, not at the first call, when the extra is missing: the registry then
@@ -51,10 +55,34 @@ class KubeApiError(BackendError):
         )
 
 
+def tls_failure(exc: BaseException) -> BaseException | None:
+    """The TLS verification error behind ``exc`` (urllib3 wraps it in MaxRetryError), if any."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, ssl.SSLCertVerificationError | urllib3.exceptions.SSLError):
+            return err
+        reason = getattr(err, "reason", None)
+        todo += [reason if isinstance(reason, BaseException) else None]
+        todo += [
+            err.__cause__,
+            err.__context__,
+            *(a for a in err.args if isinstance(a, BaseException)),
+        ]
+    return None
+
+
 def is_transient(exc: BaseException) -> bool:
-    """Errors worth retrying: throttling, server errors, dropped connections, timeouts."""
+    """Errors worth retrying: throttling, server errors, dropped connections, timeouts.
+    Never a TLS verification failure: a wrong CA does not fix itself."""
     if isinstance(exc, KubeApiError):
         return exc.transient
+    if tls_failure(exc) is not None:
+        return False
     from kubernetes.client.exceptions import ApiException  # loaded already: it raised
 
     if isinstance(exc, ApiException):  # the client's own Retry-After answer, or TLS (status 0)
@@ -74,13 +102,22 @@ def _foreign_errors() -> tuple[type[BaseException], ...]:
 
 
 @contextmanager
-def api_errors(what: str) -> Iterator[None]:
-    """THE boundary: any transport error becomes a BackendError naming the request."""
+def api_errors(what: str, tls_hint: Callable[[], str] = lambda: "") -> Iterator[None]:
+    """THE boundary: any transport error becomes a BackendError naming the request; a TLS
+    verification failure becomes a ConfigError (``tls_hint()`` names the CA and context)."""
     try:
         yield
     except KineticError:
         raise
     except _foreign_errors() as exc:
+        tls = tls_failure(exc)
+        if tls is not None:
+            raise ConfigError(
+                f"TLS verification of the Kubernetes API server failed for {what}: {tls}. "
+                f"{tls_hint()}The configured CA does not sign the server's certificate: fix the "
+                "cluster's certificate-authority in the kubeconfig (or fetch fresh credentials, "
+                "e.g. `gcloud container clusters get-credentials …`)."
+            ) from exc
         transient = is_transient(exc)
         raise BackendError(
             f"Kubernetes API request {what} failed: {type(exc).__name__}: {exc}"
@@ -88,6 +125,31 @@ def api_errors(what: str) -> Iterator[None]:
             status=getattr(exc, "status", None) or None,
             transient=transient,
         ) from exc
+
+
+@dataclass(frozen=True)
+class CallStats:
+    """What the requests of one client cost: requests made, response bytes, objects read."""
+
+    requests: int = 0
+    bytes: int = 0
+    objects: int = 0
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stats = CallStats()
+
+    def add(self, size: int, objects: int) -> None:
+        with self._lock:
+            s = self._stats
+            self._stats = replace(
+                s, requests=s.requests + 1, bytes=s.bytes + size, objects=s.objects + objects
+            )
+
+    def snapshot(self) -> CallStats:
+        return self._stats
 
 
 class KubeClient:
@@ -100,6 +162,7 @@ class KubeClient:
         self.in_cluster = bool(target.in_cluster)
         self._api: Any = None
         self._lock = threading.Lock()
+        self.stats = _Counter()
 
     @property
     def where(self) -> str:
@@ -135,6 +198,12 @@ class KubeClient:
                     ) from exc
             return self._api
 
+    def _tls_hint(self) -> str:
+        cfg = getattr(self._api, "configuration", None)
+        host = getattr(cfg, "host", "?")
+        ca = getattr(cfg, "ssl_ca_cert", None) or "the system CA bundle"
+        return f"Context {self.where}, server {host}, CA {ca}. "
+
     def ns(self, kind: str, name: str | None = None) -> str:
         """The API path of ``kind`` (jobs, pods, secrets) in this namespace."""
         group = "/apis/batch/v1" if kind == "jobs" else "/api/v1"
@@ -153,7 +222,7 @@ class KubeClient:
     ) -> Any:
         """One request under the retry policy: parsed JSON (or text with ``raw``)."""
         what = what or f"{method} {path}"
-        with api_errors(what):
+        with api_errors(what, self._tls_hint):
             return API_RETRY.copy()(
                 self._request, method, path, query, body, what, raw, content_type
             )
@@ -187,5 +256,9 @@ class KubeClient:
                 f"pods/log and Secrets in namespace {self.namespace}."
             )
         if response.status >= 400:
+            self.stats.add(len(data or b""), 0)
             raise KubeApiError(response.status, text, what)
-        return text if raw else (json.loads(text) if text else {})
+        answer = text if raw else (json.loads(text) if text else {})
+        items = answer.get("items") if isinstance(answer, dict) else None
+        self.stats.add(len(data or b""), len(items) if isinstance(items, list) else 1)
+        return answer

@@ -1,8 +1,15 @@
 """What a Job and its pods mean: ``job_state`` turns them into a BackendState whose reason a
-person can act on (Unschedulable, ImagePullBackOff, OOMKilled, DeadlineExceeded, Preempted)."""
+person can act on (Unschedulable, ImagePullBackOff, OOMKilled, DeadlineExceeded, Preempted).
+
+A running pod whose node stopped reporting (node Ready=Unknown/False or tainted
+unreachable) reads RUNNING with reason ``NodeUnreachable``, then, past
+``NODE_LOST_GRACE``, ``gone`` with reason ``NodeLost``: status resolution makes that a
+FAILED job with reason ``Lost`` unless storage holds its result.
+"""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -16,8 +23,76 @@ def _ts(value: str | None) -> float | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def job_state(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> BackendState:
-    """Translate a Job and its pods into a BackendState with a reason a person can act on."""
+# How long a pod's node may be unreachable before the job is declared lost (GKE's own
+# node-monitor grace is 40 s; a node that comes back within this keeps its pods).
+NODE_LOST_GRACE = 120.0
+UNREACHABLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+
+
+def pod_not_ready(pod: dict[str, Any]) -> bool:
+    """A pod in phase Running whose Ready condition is not True (its node may be lost)."""
+    status = pod.get("status", {})
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") != "True" for c in status.get("conditions", [])
+    )
+
+
+def node_trouble(node: dict[str, Any]) -> tuple[float, str] | None:
+    """(since when, why) the node is unreachable, or None when it is fine."""
+    ready: dict[str, Any] = next(
+        (c for c in node.get("status", {}).get("conditions", []) if c.get("type") == "Ready"), {}
+    )
+    taints = [
+        t for t in node.get("spec", {}).get("taints") or [] if t.get("key") in UNREACHABLE_TAINTS
+    ]
+    if ready.get("status") == "True" and not taints:
+        return None
+    times = [_ts(ready.get("lastTransitionTime")) if ready.get("status") != "True" else None]
+    times += [_ts(t.get("timeAdded")) for t in taints]
+    since = min((t for t in times if t is not None), default=time.time())
+    why = (
+        f"Ready={ready.get('status', '?')}: {ready.get('message') or ready.get('reason') or ''}"
+        if ready.get("status") != "True"
+        else f"tainted {taints[0]['key']}"
+    )
+    return since, why.strip()
+
+
+def _lost_node_state(
+    pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any]], started: float | None
+) -> BackendState | None:
+    """A running pod on an unreachable node: NodeUnreachable, and past the grace NodeLost."""
+    for pod in pods:
+        name = pod.get("spec", {}).get("nodeName")
+        node = nodes.get(name or "")
+        if node is None or not pod_not_ready(pod):
+            continue
+        trouble = node_trouble(node)
+        if trouble is None:
+            continue
+        since, why = trouble
+        stamp = datetime.fromtimestamp(since).astimezone().isoformat(timespec="seconds")
+        message = f"node {name} unreachable since {stamp} ({why})"
+        if time.time() - since > NODE_LOST_GRACE:
+            return BackendState(
+                "gone",
+                reason="NodeLost",
+                message=f"{message}; the pod's process is presumed dead",
+                started_at=started,
+            )
+        return BackendState(
+            "running", reason="NodeUnreachable", message=message, started_at=started
+        )
+    return None
+
+
+def job_state(
+    job: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any]] | None = None,
+) -> BackendState:
+    """Translate a Job and its pods (and the Nodes of pods that stopped being Ready) into a
+    BackendState with a reason a person can act on."""
     if job is None:
         return BackendState(
             "not_found",
@@ -52,6 +127,9 @@ def job_state(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Backend
         return _terminated_state(terminated, started, finished, cond.get("message"))
     if terminated:
         return _terminated_state(terminated, started, finished, None)
+    lost = _lost_node_state([pod] if pod else [], nodes or {}, started)
+    if lost is not None:
+        return lost
     if pod_status.get("phase") == "Running":
         return BackendState(
             "running",

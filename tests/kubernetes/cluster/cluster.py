@@ -29,7 +29,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -118,6 +118,8 @@ class TestCluster:
         self.audit_log_path: Path | None = None
         self.start_seconds = 0.0
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._argv: dict[str, list[str]] = {}
+        self.agent_port = 0
         self._ssl: ssl.SSLContext | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -277,6 +279,7 @@ class TestCluster:
                 f"--cert-dir={d / 'sched-certs'}",
             ],
         )
+        self.agent_port = free_port()
         self._spawn(
             "node-agent",
             [
@@ -284,7 +287,7 @@ class TestCluster:
                 str(HERE / "node_agent.py"),
                 f"--kubeconfig={kubeconfig}",
                 f"--state-dir={d / 'agent'}",
-                f"--port={free_port()}",
+                f"--port={self.agent_port}",
                 f"--tls-cert={kubelet_serving.cert}",
                 f"--tls-key={kubelet_serving.key}",
             ],
@@ -369,10 +372,51 @@ class TestCluster:
             and (user_agent is None or e.get("userAgent") == user_agent)
         )
 
+    # ---- faults for reliability tests ----------------------------------------------------
+
+    @contextlib.contextmanager
+    def apiserver_outage(self) -> Iterator[None]:
+        """The API server is down inside the block (killed) and back, ready, after it."""
+        proc = self._procs.pop("kube-apiserver")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        try:
+            yield
+        finally:
+            self._spawn("kube-apiserver", self._argv["kube-apiserver"])
+            self._wait("kube-apiserver", lambda: self._http_ok(f"{self.server}/readyz"), 90)
+
+    def restart_node_agent(self) -> None:
+        """SIGKILL the node agent (its pods' processes are left orphaned, as when a kubelet
+        dies) and start it again; it must reconcile the pods it finds."""
+        proc = self._procs.pop("node-agent")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)  # the agent only, not its pods' process groups
+        proc.wait(timeout=30)
+        self._spawn("node-agent", self._argv["node-agent"])
+        self._wait("node-agent", lambda: self.agent_control("healthz") == "ok", 60)
+
+    def agent_control(self, action: str, **params: str | int) -> str:
+        """Ask the node agent to simulate a fault (see node_agent.CONTROL_ACTIONS)."""
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        path = "healthz" if action == "healthz" else f"kinetic/{action}"
+        url = f"https://127.0.0.1:{self.agent_port}/{path}" + (f"?{query}" if query else "")
+        try:
+            with urllib.request.urlopen(url, timeout=30, context=self._ssl) as resp:
+                return str(resp.read().decode())
+        except urllib.error.HTTPError as exc:
+            raise ClusterError(f"node agent refused {action}: {exc.read().decode()}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            if action == "healthz":
+                return ""
+            raise ClusterError(f"node agent unreachable for {action}: {exc}") from exc
+
     # ---- internals ------------------------------------------------------------------------
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         assert self.dir is not None
+        self._argv[name] = argv
         log = (self.dir / "logs" / f"{name}.log").open("ab")
         self._procs[name] = subprocess.Popen(
             argv,

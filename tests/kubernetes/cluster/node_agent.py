@@ -51,8 +51,11 @@ from kubernetes import client, config
 log = logging.getLogger("node-agent")
 
 HEARTBEAT_SECONDS = 10
+FINAL_STATUS_ATTEMPTS = 60
+CONFIG_WAIT_SECONDS = 120
 LEASE_SECONDS = 40
 NODE_IP = "127.0.0.1"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 
@@ -196,10 +199,12 @@ class PodRun:
     uid: str
     container: str
     log_path: Path
+    node: str = ""
     proc: subprocess.Popen[bytes] | None = None
     started_at: str = ""
     done: threading.Event = field(default_factory=threading.Event)
     deleting: bool = False
+    lost: bool = False  # its node was lost: the process died with nothing reported
 
 
 class Agent:
@@ -218,6 +223,9 @@ class Agent:
         self.by_name: dict[tuple[str, str], PodRun] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+        # Simulated faults (see CONTROL_ACTIONS): final status updates to fail, lost nodes.
+        self.failing_status_updates = 0
+        self.lost_nodes: set[str] = set()
 
     # ---- nodes ----------------------------------------------------------------------------
 
@@ -316,6 +324,8 @@ class Agent:
         """Keep every node's Ready condition and Lease fresh so nothing gets evicted."""
         while not self.stopping.wait(HEARTBEAT_SECONDS):
             for spec in self.nodes.values():
+                if spec.name in self.lost_nodes:
+                    continue  # an unreachable node posts nothing
                 try:
                     self._renew_lease(spec.name)
                     self._patch_node_status(spec)
@@ -349,12 +359,15 @@ class Agent:
     def handle(self, pod: dict[str, Any]) -> None:
         """Start, stop or finalize one pod according to its current state."""
         node = pod.get("spec", {}).get("nodeName")
-        if node not in self.nodes:
+        if node not in self.nodes or node in self.lost_nodes:
             return
         meta = pod["metadata"]
         uid = meta["uid"]
         with self.lock:
             run = self.runs.get(uid)
+            if run is None and _orphaned(pod) and not meta.get("deletionTimestamp"):
+                threading.Thread(target=self._reconcile, args=(pod,), daemon=True).start()
+                return
             if meta.get("deletionTimestamp"):
                 if run is None:
                     threading.Thread(target=self._finalize, args=(pod,), daemon=True).start()
@@ -369,7 +382,7 @@ class Agent:
                 return
             container = pod["spec"]["containers"][0]["name"]
             log_path = self.log_dir / f"{meta['namespace']}_{meta['name']}_{uid}" / "log"
-            run = PodRun(meta["namespace"], meta["name"], uid, container, log_path)
+            run = PodRun(meta["namespace"], meta["name"], uid, container, log_path, node)
             self.runs[uid] = run
             self.by_name[(run.namespace, run.name)] = run
         threading.Thread(target=self._run_pod, args=(run, pod), daemon=True).start()
@@ -419,7 +432,7 @@ class Agent:
                     "containerStatuses": [self._container_status(run, pod, waiting)],
                 },
             )
-            argv, env, cwd = self._command(pod)
+            argv, env, cwd = self._command_when_ready(run, pod)
         except Exception as exc:
             log.warning("pod %s/%s cannot run: %s", run.namespace, run.name, exc)
             run.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -467,6 +480,22 @@ class Agent:
         log.info("pod %s/%s exited %d", run.namespace, run.name, code)
         self._terminated(run, pod, code, "Completed" if code == 0 else "Error", "")
 
+    def _command_when_ready(
+        self, run: PodRun, pod: dict[str, Any]
+    ) -> tuple[list[str], dict[str, str], str | None]:
+        """``_command``, waiting (as the kubelet does, with CreateContainerConfigError) for a
+        referenced Secret or ConfigMap that does not exist yet."""
+        deadline = time.monotonic() + CONFIG_WAIT_SECONDS
+        while True:
+            try:
+                return self._command(pod)
+            except KubeError as exc:
+                if exc.status != 404 or time.monotonic() > deadline or run.deleting:
+                    raise
+                log.info("pod %s/%s waits for its config: %s", run.namespace, run.name, exc)
+                if self.stopping.wait(0.5):
+                    raise
+
     def _terminated(
         self, run: PodRun, pod: dict[str, Any], code: int, reason: str, message: str
     ) -> None:
@@ -481,16 +510,63 @@ class Agent:
             }
         }
         try:
-            self._patch_status(
-                run,
-                {
-                    "phase": "Succeeded" if code == 0 else "Failed",
-                    "conditions": self._conditions(False, "PodCompleted"),
-                    "containerStatuses": [self._container_status(run, pod, state)],
-                },
-            )
+            if run.lost:
+                return  # its node is unreachable: nothing gets reported
+            final = {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "conditions": self._conditions(False, "PodCompleted"),
+                "containerStatuses": [self._container_status(run, pod, state)],
+            }
+            self._report_final(run, final)
         finally:
             run.done.set()
+
+    def _report_final(self, run: PodRun, final: dict[str, Any]) -> None:
+        """The final status, retried until the API server takes it (or the pod is gone):
+        a lost final update would leave the pod Running forever."""
+        delay = 0.2
+        for attempt in range(FINAL_STATUS_ATTEMPTS):
+            try:
+                with self.lock:
+                    inject = self.failing_status_updates > 0
+                    self.failing_status_updates -= inject
+                if inject:
+                    raise KubeError(503, "injected failure of the final status update")
+                self._patch_status(run, final)
+                return
+            except Exception as exc:
+                log.warning(
+                    "final status of %s/%s not taken (attempt %d), retrying: %s",
+                    run.namespace,
+                    run.name,
+                    attempt + 1,
+                    exc,
+                )
+                if self.stopping.wait(delay):
+                    return
+                delay = min(delay * 2, 5.0)
+        log.error("final status of %s/%s never taken", run.namespace, run.name)
+
+    def _reconcile(self, pod: dict[str, Any]) -> None:
+        """A pod a previous agent started: its process (orphaned, or gone) cannot be
+        followed any more, so kill what is left and report the container terminated, as a
+        kubelet does for a container it finds dead after a restart."""
+        meta = pod["metadata"]
+        pid_file = self.pid_dir / meta["uid"]
+        with contextlib.suppress(ValueError, OSError):
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            pid_file.unlink()
+        container = pod["spec"]["containers"][0]["name"]
+        log_path = self.log_dir / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / "log"
+        run = PodRun(meta["namespace"], meta["name"], meta["uid"], container, log_path)
+        run.started_at = (pod.get("status") or {}).get("startTime") or now_rfc3339()
+        log.info(
+            "pod %s/%s was started by a previous agent: reporting it lost", run.namespace, run.name
+        )
+        self._terminated(
+            run, pod, 137, "Error", "the node agent restarted and lost the container's process"
+        )
 
     def _pump(self, run: PodRun) -> None:
         """Copy the process output to the log file, each line prefixed with its timestamp."""
@@ -594,6 +670,56 @@ class Agent:
             if run is not None and self.by_name.get((run.namespace, run.name)) is run:
                 del self.by_name[(run.namespace, run.name)]
 
+    # ---- simulated faults -----------------------------------------------------------------
+
+    def lose_node(self, node: str) -> str:
+        """What the control plane sees when a node dies: no heartbeat, no pod updates, and
+        (as the node lifecycle controller sets them) Ready=Unknown, the unreachable taint and
+        its pods Ready=False. The pods' processes die with the node."""
+        if node not in self.nodes:
+            raise ValueError(f"unknown node {node}")
+        with self.lock:
+            self.lost_nodes.add(node)
+            runs = [r for r in self.runs.values() if r.node == node]
+            for run in runs:
+                run.lost = True
+        for run in runs:
+            self._kill(run, 0)
+        now = now_rfc3339()
+        status = self._node_status(self.nodes[node])
+        for cond in status["conditions"]:
+            cond.update(
+                status="Unknown",
+                reason="NodeStatusUnknown",
+                message="Kubelet stopped posting node status.",
+                lastTransitionTime=now,
+            )
+        self.kube.patch(f"/api/v1/nodes/{node}/status", {"status": status})
+        unreachable = {"key": UNREACHABLE_TAINT, "effect": "NoExecute", "timeAdded": now}
+        self.kube.patch(
+            f"/api/v1/nodes/{node}", {"spec": {"taints": [*self.nodes[node].taints, unreachable]}}
+        )
+        not_ready = {"type": "Ready", "status": "False", "lastTransitionTime": now}
+        for run in runs:
+            with contextlib.suppress(KubeError):
+                self._patch_status(run, {"conditions": [not_ready]})
+        return "ok"
+
+    def restore_node(self, node: str) -> str:
+        """The node is back: heartbeats resume, the taint goes, its pods are handled again."""
+        spec = self.nodes[node]
+        self.kube.patch(f"/api/v1/nodes/{node}", {"spec": {"taints": spec.taints or None}})
+        with self.lock:
+            self.lost_nodes.discard(node)
+            for run in [r for r in self.runs.values() if r.lost and r.node == node]:
+                del self.runs[run.uid]  # their processes died with the node: reconciled below
+        self._patch_node_status(spec)
+        self._renew_lease(node)
+        for pod in self.kube.request("GET", "/api/v1/pods")["items"]:
+            if pod.get("spec", {}).get("nodeName") == node:
+                self.handle(pod)
+        return "ok"
+
     def shutdown(self) -> None:
         """Kill every pod process (process groups), so nothing outlives the agent."""
         self.stopping.set()
@@ -607,6 +733,28 @@ class Agent:
             t.start()
         for t in threads:
             t.join()
+
+
+def _orphaned(pod: dict[str, Any]) -> bool:
+    """Started (it has a startTime, which this agent sets first) and not finished: a pod of
+    a previous agent's when this agent has no run for it."""
+    status = pod.get("status") or {}
+    return bool(status.get("startTime")) and status.get("phase") not in ("Succeeded", "Failed")
+
+
+def _fail_status_updates(agent: Agent, count: str = "1") -> str:
+    with agent.lock:
+        agent.failing_status_updates = int(count)
+    return "ok"
+
+
+CONTROL_ACTIONS: dict[str, Any] = {
+    # the next N final pod status updates fail (a lost update the agent must retry)
+    "fail-status-updates": _fail_status_updates,
+    # node unreachable: heartbeats stop, its pods' processes die unreported, Ready=Unknown
+    "lose-node": lambda agent, node: agent.lose_node(node),
+    "restore-node": lambda agent, node: agent.restore_node(node),
+}
 
 
 def _expand(match: re.Match[str], env: dict[str, str]) -> str:
@@ -640,6 +788,8 @@ class LogHandler(BaseHTTPRequestHandler):
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
         if parts in (["healthz"], ["pods"]):
             return self._error(200, "ok")
+        if len(parts) == 2 and parts[0] == "kinetic":
+            return self._control(parts[1], {k: v[-1] for k, v in parse_qs(url.query).items()})
         if len(parts) != 4 or parts[0] != "containerLogs":
             return self._error(404, f"not found: {url.path}")
         _, namespace, pod, container = parts
@@ -655,6 +805,16 @@ class LogHandler(BaseHTTPRequestHandler):
         self.end_headers()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError, ssl.SSLError):
             self._stream(run, query)
+
+    def _control(self, action: str, params: dict[str, str]) -> None:
+        """Test-only fault injection on 127.0.0.1 (see CONTROL_ACTIONS)."""
+        handler = CONTROL_ACTIONS.get(action)
+        if handler is None:
+            return self._error(404, f"unknown action {action}; known: {sorted(CONTROL_ACTIONS)}")
+        try:
+            return self._error(200, handler(self.agent, **params))
+        except Exception as exc:
+            return self._error(400, f"{action} failed: {exc}")
 
     def _stream(self, run: PodRun, query: dict[str, str]) -> None:
         follow = query.get("follow") == "true"
