@@ -40,6 +40,9 @@ _EXPORTS = {
     "run_in_background": "kinetic_core.polling",
     "on_background_loop": "kinetic_core.polling",
     "validate_id": "kinetic_core.ids",
+    "preempted": "kinetic_core.notice",
+    "on_preemption": "kinetic_core.notice",
+    "Transition": "kinetic_core.history",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -111,9 +114,11 @@ if TYPE_CHECKING:
         SubmissionError,
         WaitTimeout,
     )
+    from kinetic_core.history import Transition
     from kinetic_core.ids import validate_id
     from kinetic_core.jobs import JobHandle, attach, list_jobs
     from kinetic_core.logs import LogStream
+    from kinetic_core.notice import on_preemption, preempted
     from kinetic_core.polling import (
         SharedPoller,
         background_loop,

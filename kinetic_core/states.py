@@ -60,6 +60,9 @@ class JobState:
 
     ``collected``: a SUCCEEDED job's result was delivered (an idempotent submit with its
     key then starts a new attempt, unless told to reuse succeeded jobs).
+    ``recoveries``: how many times a recoverable end (a preemption, a lost job, an exit
+    code listed in ``recover_on_exit_codes``) restarted the job before this attempt;
+    ``lost_seconds``: the running time of those ended attempts (work lost, at most).
     """
 
     job_id: str
@@ -72,6 +75,8 @@ class JobState:
     finished_at: datetime | None = None
     attempt: int = 1
     collected: bool = False
+    recoveries: int = 0
+    lost_seconds: float = 0.0
 
     @property
     def terminal(self) -> bool:
