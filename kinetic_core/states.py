@@ -82,6 +82,17 @@ class JobState:
     def terminal(self) -> bool:
         return self.status.terminal
 
+    @property
+    def recovery_note(self) -> str:
+        """'' for a job never recovered; else how often and how much work was lost, in
+        words (for the CLI, task logs and artifacts)."""
+        if not self.recoveries:
+            return ""
+        return (
+            f"recovered {self.recoveries}x, now attempt {self.attempt}; "
+            f"up to {self.lost_seconds:.0f}s of work lost"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value

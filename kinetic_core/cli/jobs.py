@@ -80,7 +80,7 @@ def status(ctx: click.Context, job_id: str, as_json: bool) -> int:
     else:
         render.console().print(render.state_table(handle.job_id, [(handle, state)]))
         if state.recoveries:
-            render.hint(f"{handle.job_id}: {render.recovery_text(state)}")
+            render.hint(f"{handle.job_id}: {state.recovery_note}")
     return exit_for(state.status)
 
 

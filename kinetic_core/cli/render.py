@@ -74,16 +74,6 @@ def seconds_text(seconds: float | None) -> str:
     return f"{minutes}m {secs}s" if minutes else f"{secs}s"
 
 
-def recovery_text(state: kc.JobState) -> str:
-    """'' for a job never recovered; else how often and how much work was lost."""
-    if not state.recoveries:
-        return ""
-    return (
-        f"recovered {state.recoveries}x (attempt {state.attempt}); "
-        f"up to {seconds_text(state.lost_seconds)} of work lost"
-    )
-
-
 def history_table(title: str, transitions: list[kc.Transition]) -> Table:
     table = Table(title=title)
     for col in ("attempt", "status", "reason", "since", "for", "exit", "message"):

@@ -67,3 +67,17 @@ def wait_for_release(workdir: str, value: int) -> int:
     while not (folder / "release").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     return value * 2
+
+
+def lost_once(workdir: str) -> str:
+    """The first run checkpoints, then SIGKILLs its own supervisor and runner (their
+    process group: as if the machine restarted). A later run resumes from the checkpoint."""
+    import signal
+
+    checkpoint = Path(workdir) / "checkpoint"
+    with open(Path(workdir) / "starts", "a") as fh:
+        fh.write(f"{os.environ['KINETIC_JOB_ID']}\n")
+    if not checkpoint.exists():
+        checkpoint.write_text("step 5")
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    return f"resumed from {checkpoint.read_text()}"
