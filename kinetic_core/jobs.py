@@ -338,6 +338,12 @@ class JobHandle:
                 st.delete(self._path(name))
         if outputs:
             self._storage().delete_prefix(layout.outputs(self.job_id))
+        if self.recovered_from:  # the attempts this one recovered go with it
+            try:
+                earlier = load_handle(self._storage(), self.recovered_from, self._key)
+            except JobNotFound:
+                return
+            earlier.cleanup(backend=backend, storage=storage, outputs=outputs)
 
     acleanup = in_thread(cleanup)
 

@@ -111,6 +111,12 @@ def test_lost_job_recovers_once_from_its_checkpoint_with_ten_observers(
     )
     assert again.job_id == successor
 
+    # Cleaning up the recovered job frees every attempt's envelopes (records stay).
+    job.result(timeout=60)
+    for attempt in (job.job_id, successor):
+        assert not (root / layout.job_file(attempt, layout.PAYLOAD)).exists()
+        assert (root / layout.job_file(attempt, layout.HANDLE)).exists()
+
 
 def test_without_a_recovery_budget_lost_stays_failed(storage_uri: str, tmp_path: Path) -> None:
     work = tmp_path / "work"
