@@ -10,7 +10,9 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,3 +162,37 @@ def test_bad_recovery_policy_is_refused_before_anything_is_written(storage_uri: 
             kc.submit(jobfns.add, (1, 2), target=kc.Target(**bad))
     root = Path(storage_uri[len("file://") :])
     assert not (root / layout.JOBS).exists() or not os.listdir(root / layout.JOBS)
+
+
+def test_signed_job_on_gcs_recovers_with_a_re_signed_payload(
+    gcs_emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Object storage (create-only through generation preconditions) and a signing key:
+    the observer verifies attempt 1's call, re-binds it to attempt 2 and signs it; the
+    runner of attempt 2 verifies it. Without the key, the observer does not recover."""
+    from kinetic_core.payload import read_summary
+    from kinetic_core.storage import open_storage
+
+    uri = gcs_emulator.uri(f"r-{uuid.uuid4().hex[:12]}")
+    monkeypatch.setenv("KINETIC_STORAGE", uri)
+    monkeypatch.setenv("KINETIC_LOCAL_DIR", str(tmp_path / "local"))
+    monkeypatch.setenv("KINETIC_SIGNING_KEY", "s3cret")
+    work = tmp_path / "work"
+    work.mkdir()
+    job = kc.submit(jobfns.resumable, (str(work), 10), target=kc.Target(max_recoveries=1))
+    _wait_for(work / "halfway")
+    launch = json.loads((tmp_path / "local" / job.job_id / "launch.json").read_text())
+    os.killpg(launch["pid"], signal.SIGKILL)
+
+    monkeypatch.delenv("KINETIC_SIGNING_KEY")
+    unsigned = kc.attach(job.job_id).wait(timeout=60)  # cannot verify: no recovery
+    assert (unsigned.status, unsigned.reason, unsigned.recoveries) == (
+        kc.JobStatus.FAILED,
+        "Lost",
+        0,
+    )
+    monkeypatch.setenv("KINETIC_SIGNING_KEY", "s3cret")
+    assert kc.attach(job.job_id).result(timeout=120, cleanup=False)["resumed_from"] == 5
+    successor = job.state().job_id
+    header = read_summary(open_storage(uri), layout.job_file(successor, layout.PAYLOAD))
+    assert header["job_id"] == successor and header["hmac"]
