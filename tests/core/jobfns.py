@@ -110,6 +110,7 @@ def resumable(workdir: str, steps: int, exit_code: int | None = None) -> dict[st
             start = int(fh.read())
     with open(os.path.join(workdir, "starts"), "a") as fh:
         fh.write(f"{job_id} {start}\n")
+    print(f"{job_id} starts at step {start}", flush=True)
     for step in range(start, steps):
         with open(checkpoint + ".tmp", "w") as fh:
             fh.write(str(step + 1))

@@ -98,6 +98,11 @@ def test_lost_job_recovers_once_from_its_checkpoint_with_ten_observers(
     assert (state.status, state.recoveries, state.attempt) == (kc.JobStatus.SUCCEEDED, 1, 2)
     assert state.lost_seconds > 0
 
+    # Following the log goes on into the recovered attempt's log.
+    lines = list(kc.attach(job.job_id).follow_logs(timeout=60))
+    assert f"{job.job_id} starts at step 0" in lines
+    assert f"{successor} starts at step 5" in lines
+
     # The history tells the whole story, attempt by attempt.
     seen = [(t.attempt, t.status.value, t.reason) for t in job.history()]
     assert (1, "FAILED", "Lost") in seen
