@@ -4,7 +4,8 @@ Object stores cannot append, so each transition is its own create-only record,
 ``jobs/{id}/history/{STATUS}-{Reason}.json``, written by whichever process first observes
 it during status resolution (ten observers of one transition write it once). A process
 remembers what it has written, so a steady state costs no storage call per poll. The
-terminal entry is the job's ``outcome.json`` (written once anyway), read back here.
+terminal entry is the job's ``outcome.json`` (written once anyway), read back here, and a job that ran
+between two polls shows its start from the runner's ``started.json``.
 """
 
 from __future__ import annotations
@@ -109,6 +110,10 @@ def transitions(storage: Storage, job_id: str, attempt: int = 1) -> list[Transit
             data = read_json(storage, layout.history_entry(job_id, name[: -len(".json")]))
             if data is not None and data.get("job_id") == job_id:
                 records.append(data)
+    started = read_json(storage, layout.job_file(job_id, layout.STARTED))
+    if started is not None and not any(r.get("status") == "RUNNING" for r in records):
+        # Started and ended between two polls: the runner's own record says when it ran.
+        records.append({**started, "status": JobStatus.RUNNING.value})
     outcome = read_outcome(storage, job_id)
     if outcome is not None:
         records.append(outcome)
