@@ -47,6 +47,9 @@ _EXPORTS = {
     "LINK_KINDS": "kinetic_core.links",
     "cancel_on_termination": "kinetic_core.termination",
     "install_termination_handler": "kinetic_core.termination",
+    "preempted": "kinetic_core.notice",
+    "on_preemption": "kinetic_core.notice",
+    "Transition": "kinetic_core.history",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -119,10 +122,12 @@ if TYPE_CHECKING:
         WaitTimeout,
     )
     from kinetic_core.failures import describe_batch_failure, describe_failure, failure_of
+    from kinetic_core.history import Transition
     from kinetic_core.ids import validate_id
     from kinetic_core.jobs import JobHandle, attach, list_jobs
     from kinetic_core.links import LINK_KINDS, job_links
     from kinetic_core.logs import LogStream
+    from kinetic_core.notice import on_preemption, preempted
     from kinetic_core.polling import (
         SharedPoller,
         background_loop,

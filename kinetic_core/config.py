@@ -56,6 +56,9 @@ class Target:
     poll_interval: float | None = None  # steady-state seconds between status polls
     pickle_by_value: list[str] | None = None  # module names shipped by value
     tags: dict[str, str] | None = None
+    # Recovery (see docs/recovery.md): restarts after a preemption, a lost job or a listed exit code.
+    max_recoveries: int | None = None  # default: 3 with spot, 0 otherwise
+    recover_on_exit_codes: list[int] | None = None
     signing_key: str | None = field(default=None, repr=False)
 
     # ---- construction -------------------------------------------------------------------
@@ -146,6 +149,27 @@ class Target:
             )
         if self.tags is not None:
             validate_tags(self.tags)
+        validate_recovery(self.max_recoveries, self.recover_on_exit_codes)
+
+
+def validate_recovery(max_recoveries: Any, exit_codes: Any) -> None:
+    """ConfigError unless the recovery policy is a count >= 0 and a list of exit codes."""
+    if max_recoveries is not None and (
+        not isinstance(max_recoveries, int)
+        or isinstance(max_recoveries, bool)
+        or max_recoveries < 0
+    ):
+        raise ConfigError(
+            f"max_recoveries must be a whole number >= 0, got {max_recoveries!r} "
+            "(0 turns recovery off)."
+        )
+    if exit_codes is not None and not (
+        isinstance(exit_codes, list)
+        and all(isinstance(c, int) and not isinstance(c, bool) and 0 < c < 256 for c in exit_codes)
+    ):
+        raise ConfigError(
+            f"recover_on_exit_codes must be a list of exit codes 1-255, got {exit_codes!r}."
+        )
 
 
 def positive_seconds(value: Any, name: str) -> float:
@@ -203,12 +227,15 @@ def _parse_env(var: str, raw: str, hint: Any) -> Any:
             raise ValueError(raw)
         if origin is float:
             return float(raw)
+        if origin is int:
+            return int(raw)
         if origin is list:
-            return (
+            items = (
                 json.loads(raw)
                 if raw.lstrip().startswith("[")
                 else [s.strip() for s in raw.split(",") if s.strip()]
             )
+            return [int(i) for i in items] if get_args(kind) == (int,) else items
         if origin is dict:
             return json.loads(raw)
     except ValueError as exc:

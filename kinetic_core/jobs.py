@@ -15,7 +15,7 @@ import socket
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from kinetic_core import layout, signing
+from kinetic_core import layout, recovery, signing
 from kinetic_core.backends import Backend
 from kinetic_core.config import Target
 from kinetic_core.errors import (
@@ -27,6 +27,7 @@ from kinetic_core.errors import (
     ResultNotAvailable,
     WaitTimeout,
 )
+from kinetic_core.history import Transition, transitions
 from kinetic_core.ids import validate_id
 from kinetic_core.logs import LogStream
 from kinetic_core.payload import load_envelope, rebuild_exception
@@ -62,6 +63,10 @@ class JobHandle:
     idempotency_key: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     version: int = HANDLE_VERSION
+    #: Set on an attempt started by a recovery (see ``kinetic_core.recovery``).
+    recoveries: int = 0
+    lost_seconds: float = 0.0
+    recovered_from: str | None = None
     signing_key: str | None = field(default=None, repr=False, compare=False)
     #: True when ``submit`` returned this existing job for its idempotency key instead of
     #: creating one (a retry reattached). Not serialized.
@@ -152,6 +157,28 @@ class JobHandle:
 
     astate = in_thread(state)
 
+    def history(self) -> list[Transition]:
+        """Every recorded transition of this job, oldest first, across the attempts that
+        recovered it (or that it recovered): e.g. how long it sat ``Unschedulable``."""
+        storage = self._storage()
+        chain = [(self.job_id, self.attempt)]
+        earlier = self.recovered_from
+        while earlier and len(chain) < 100:
+            chain.insert(0, (earlier, chain[0][1] - 1))
+            earlier = load_handle(storage, earlier, self._key).recovered_from
+        while (later := recovery.next_recorded(storage, chain[-1][0])) and len(chain) < 100:
+            chain.append((later, chain[-1][1] + 1))
+        return [t for job_id, n in chain for t in transitions(storage, job_id, n)]
+
+    ahistory = in_thread(history)
+
+    def current(self) -> JobHandle:
+        """The handle of the newest attempt of this job (itself unless it was recovered)."""
+        state = self.state()
+        if state.job_id == self.job_id:
+            return self
+        return load_handle(self._storage(), state.job_id, self._key)
+
     def logs(self, tail: int | None = None) -> str:
         return backend_for(self).logs(self.job_id, tail)
 
@@ -203,6 +230,9 @@ class JobHandle:
         return await in_thread(self._collect)(state, cleanup)
 
     def _collect(self, state: JobState, cleanup: bool) -> Any:
+        if state.job_id != self.job_id:  # recovered: the newest attempt holds the result
+            newest = load_handle(self._storage(), state.job_id, self._key)
+            return newest._collect(state, cleanup)
         storage = self._storage()
         if state.status is JobStatus.CANCELLED:
             raise JobCancelled(
@@ -254,8 +284,11 @@ class JobHandle:
 
         Waits up to ``wait`` seconds for the job's processes to stop (0: return at once).
         """
-        if self.done():
+        state = self.state()
+        if state.terminal:
             return False
+        if state.job_id != self.job_id:  # recovered: cancel the attempt that runs now
+            return self.current().cancel(wait=wait)
         storage = self._storage()
         won, _ = decide(
             storage,
@@ -305,6 +338,12 @@ class JobHandle:
                 st.delete(self._path(name))
         if outputs:
             self._storage().delete_prefix(layout.outputs(self.job_id))
+        if self.recovered_from:  # the attempts this one recovered go with it
+            try:
+                earlier = load_handle(self._storage(), self.recovered_from, self._key)
+            except JobNotFound:
+                return
+            earlier.cleanup(backend=backend, storage=storage, outputs=outputs)
 
     acleanup = in_thread(cleanup)
 

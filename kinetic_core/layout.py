@@ -10,6 +10,8 @@ jobs/{job_id}/stop.json          (read only: the stop marker of older versions)
 jobs/{job_id}/collected.json     the result was delivered
 jobs/{job_id}/result.pkl         result envelope, create-only
 jobs/{job_id}/output.log         the job's log, kept once the backend deletes its own copy
+jobs/{job_id}/history/{status}-{reason}.json  one create-only record per observed transition
+jobs/{job_id}/superseded.json    create-only: the attempt that recovered this one
 keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids are probed)
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
@@ -42,6 +44,8 @@ OUTCOME = "outcome.json"
 COLLECTED = "collected.json"
 LAUNCHED = "launched.json"  # the backend accepted the job (a later "not found" means deleted)
 LOG = "output.log"
+SUPERSEDED = "superseded.json"
+HISTORY = "history"
 # What cleanup(storage=True) deletes: the envelopes. The records stay as a tombstone.
 ENVELOPES = (PAYLOAD, RESULT)
 
@@ -58,6 +62,15 @@ def job_dir(job_id: str) -> str:
 def job_file(job_id: str, name: str) -> str:
     """``jobs/{job_id}/{name}``; ``name`` is one of the file constants above."""
     return f"{JOBS}/{job_id}/{name}"
+
+
+def history_dir(job_id: str) -> str:
+    return f"{JOBS}/{job_id}/{HISTORY}"
+
+
+def history_entry(job_id: str, name: str) -> str:
+    """``jobs/{job_id}/history/{name}.json``; ``name`` is made of ``[A-Za-z0-9-]`` only."""
+    return f"{JOBS}/{job_id}/{HISTORY}/{name}.json"
 
 
 def key_index(idempotency_key: str) -> str:

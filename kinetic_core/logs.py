@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
 
+from kinetic_core import recovery
 from kinetic_core.polling import Until, apoll_ticks, interval_of, poll_ticks, shared_poller
 from kinetic_core.states import JobState
 
@@ -78,11 +79,22 @@ class LogStream:
                 self.error = exc
                 break
             if not chunk:
+                if self._follow_recovery():
+                    continue
                 break
             split = (self._partial + chunk).split("\n")
             self._partial = split.pop()
             lines.extend(line.rstrip("\r") for line in split)
         return lines
+
+    def _follow_recovery(self) -> bool:
+        """The job was recovered and this attempt's log is read to its end: go on with
+        the newest attempt's log (known to this process; no storage read)."""
+        newest = recovery.current(self.handle)
+        if newest.job_id == self.handle.job_id:
+            return False
+        self.handle, self.cursor = newest, None
+        return True
 
     def _finish(self, state: JobState) -> list[str]:
         """The job is terminal: the rest of the log, including an unterminated last line."""

@@ -266,6 +266,44 @@ def load_envelope(
         return header, pickle.load(fh)
 
 
+def rebind_envelope(
+    storage: Storage,
+    source: str,
+    fh: IO[bytes],
+    *,
+    kind: str,
+    job_id: str,
+    new_job_id: str,
+    signing_key: str | None,
+) -> dict[str, Any]:
+    """Copy the envelope at ``source`` (of ``job_id``) into ``fh``, bound to ``new_job_id``
+    and re-signed. Verified first, never unpickled: the copier need not import the job's
+    code. Raises PayloadIntegrityError like ``load_envelope``."""
+    where = storage.location(source)
+    with storage.open_read(source) as src:
+        header = read_header(src, where=where)
+        if header.get("kind") != kind or header.get("job_id") != job_id:
+            raise PayloadIntegrityError(
+                f"{where} holds a {header.get('kind')} envelope for job {header.get('job_id')!r}, "
+                f"expected a {kind} envelope for {job_id!r}: it was copied from another job."
+            )
+        verify(src, header, where=where, signing_key=signing_key)
+        src.seek(0)
+        remaining = header["body_len"]
+        while remaining:
+            chunk = src.read(min(_CHUNK, remaining))
+            if not chunk:
+                raise PayloadIntegrityError(f"{where} is truncated.")
+            fh.write(chunk)
+            remaining -= len(chunk)
+    rebound = {**header, "job_id": new_job_id, "storage": storage.uri, "hmac": None}
+    if signing_key:
+        rebound["hmac"] = signing.mac(signing_key, _signed_fields(rebound))
+    raw = json.dumps(rebound).encode()
+    fh.write(raw + _TRAILER.pack(len(raw)) + MAGIC)
+    return rebound
+
+
 def read_summary(storage: Storage, key: str) -> dict[str, Any]:
     """The header alone (no unpickling): enough to tell success from failure."""
     with storage.open_read(key) as fh:

@@ -320,7 +320,8 @@ class SharedPoller:
                     schedule = self.schedules[ref.job_id]
                     schedule.due = polled_at + next(schedule.delays)
                 continue
-            by_job = {state.job_id: state for state in states}
+            # Keyed by the waited job: a recovered job's state names its newest attempt.
+            by_job = {ref.job_id: state for ref, state in zip(refs, states, strict=True)}
             self.latest.update(by_job)
             for w in self.waiters:
                 state = by_job.get(w.ref.job_id)

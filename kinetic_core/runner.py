@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import Any
 
-from kinetic_core import layout
+from kinetic_core import layout, notice
 from kinetic_core.ids import validate_id
 from kinetic_core.payload import (
     dump_envelope,
@@ -75,6 +75,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
                 os.makedirs(folder, mode=0o700, exist_ok=True)
         os.environ.setdefault("KINETIC_OUTPUT_DIR", out)
         phase = "run"
+        notice.install()
         value = call["fn"](*call.get("args", ()), **call.get("kwargs", {}))
         if hasattr(value, "__await__"):  # an async function: asyncio only imported here
             import asyncio
@@ -84,9 +85,13 @@ def run_job(storage_uri: str, job_id: str) -> int:
     except BaseException as exc:  # the job must always report, even on SystemExit
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)
+        if notice.preempted():  # stopped from outside: no result, the backend says why
+            return notice.EXIT_CODE
         body = failure_body(exc, phase=phase, traceback_text=tb)
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+        body["exit_code"] = code if 0 < code < 256 else 1
     _store(storage, job_id, body, signing_key)
-    return 0 if body["success"] else 1
+    return 0 if body["success"] else int(body.get("exit_code") or 1)
 
 
 def _refuse_second_run(storage: Storage, job_id: str) -> int:
@@ -139,7 +144,7 @@ def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str
     summary = {
         "success": body["success"],
         "phase": body["phase"],
-        "exit_code": 0 if body["success"] else 1,
+        "exit_code": 0 if body["success"] else int(body.get("exit_code") or 1),
     }
     if not body["success"]:
         summary["error"] = f"{body['exc_type'].rsplit('.', 1)[-1]}: {body['exc_message']}"[:500]

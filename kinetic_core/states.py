@@ -60,6 +60,9 @@ class JobState:
 
     ``collected``: a SUCCEEDED job's result was delivered (an idempotent submit with its
     key then starts a new attempt, unless told to reuse succeeded jobs).
+    ``recoveries``: how many times a recoverable end (a preemption, a lost job, an exit
+    code listed in ``recover_on_exit_codes``) restarted the job before this attempt;
+    ``lost_seconds``: the running time of those ended attempts (work lost, at most).
     """
 
     job_id: str
@@ -72,10 +75,23 @@ class JobState:
     finished_at: datetime | None = None
     attempt: int = 1
     collected: bool = False
+    recoveries: int = 0
+    lost_seconds: float = 0.0
 
     @property
     def terminal(self) -> bool:
         return self.status.terminal
+
+    @property
+    def recovery_note(self) -> str:
+        """'' for a job never recovered; else how often and how much work was lost, in
+        words (for the CLI, task logs and artifacts)."""
+        if not self.recoveries:
+            return ""
+        return (
+            f"recovered {self.recoveries}x, now attempt {self.attempt}; "
+            f"up to {self.lost_seconds:.0f}s of work lost"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

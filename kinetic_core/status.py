@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from kinetic_core import history, recovery
 from kinetic_core.backends import Backend, BackendState, get_backend
 from kinetic_core.config import Target
 from kinetic_core.errors import KineticError
@@ -63,7 +64,15 @@ def resolve_states(refs: list[Any], *, enforce: bool = True) -> list[JobState]:
     """States of many jobs: one bulk backend poll per scope, storage read only when needed.
 
     With ``enforce``, jobs past ``schedule_timeout`` or ``life_span`` are stopped here.
+    A job that was recovered reads as its newest attempt (see ``recovery``); every
+    transition seen is recorded in the job's history.
     """
+    current = [recovery.current(ref) for ref in refs]
+    states = _resolve_all(current, enforce)
+    return recovery.advance(current, states, lambda later: _resolve_all(later, enforce))
+
+
+def _resolve_all(refs: list[Any], enforce: bool) -> list[JobState]:
     groups: dict[str, list[int]] = defaultdict(list)
     backends: dict[str, Backend] = {}
     scope_of: list[str] = []
@@ -78,10 +87,13 @@ def resolve_states(refs: list[Any], *, enforce: bool = True) -> list[JobState]:
         for i in indexes:
             backend_states[i] = polled.get(refs[i].job_id, BackendState("not_found"))
     now = time.time()
-    return [
+    states = [
         _resolve_one(ref, backend_states[i], backends[scope_of[i]], now, enforce)
         for i, ref in enumerate(refs)
     ]
+    for ref, state in zip(refs, states, strict=True):
+        history.note(open_storage(ref.storage), state)
+    return states
 
 
 def _resolve_one(
@@ -107,6 +119,8 @@ def _resolve_one(
             finished_at=timestamp(finished) if status.terminal else None,
             attempt=ref.attempt,
             collected=status is JobStatus.SUCCEEDED and ev.collected is not None,
+            recoveries=getattr(ref, "recoveries", 0) or 0,
+            lost_seconds=getattr(ref, "lost_seconds", 0.0) or 0.0,
         )
 
     def decided(outcome: dict[str, Any]) -> JobState:

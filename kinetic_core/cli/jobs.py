@@ -1,4 +1,4 @@
-"""``kinetic jobs list|status|logs|result|cancel|cleanup``."""
+"""``kinetic jobs list|status|history|logs|result|cancel|cleanup``."""
 
 from __future__ import annotations
 
@@ -78,7 +78,24 @@ def status(ctx: click.Context, job_id: str, as_json: bool) -> int:
         render.emit_json({**handle.to_dict(), "state": state.to_dict()})
     else:
         render.console().print(render.state_table(handle.job_id, [(handle, state)]))
+        if state.recoveries:
+            render.hint(f"{handle.job_id}: {state.recovery_note}")
     return exit_for(state.status)
+
+
+@jobs.command()
+@job_id_argument
+@json_option
+@click.pass_context
+def history(ctx: click.Context, job_id: str, as_json: bool) -> int:
+    """Every recorded transition of a job, across its recovered attempts."""
+    handle = kc.attach(job_id, target=target_of(ctx))
+    transitions = handle.history()
+    if as_json:
+        render.emit_json({"job_id": handle.job_id, "history": [t.to_dict() for t in transitions]})
+    else:
+        render.console().print(render.history_table(handle.job_id, transitions))
+    return DONE
 
 
 @jobs.command()

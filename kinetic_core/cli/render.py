@@ -62,6 +62,35 @@ def state_table(title: str, rows: list[tuple[kc.JobHandle, kc.JobState]]) -> Tab
     return table
 
 
+def seconds_text(seconds: float | None) -> str:
+    """``42s``, ``20m 3s``, ``2h 5m``: how long, for people."""
+    if seconds is None:
+        return "-"
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
+def history_table(title: str, transitions: list[kc.Transition]) -> Table:
+    table = Table(title=title)
+    for col in ("attempt", "status", "reason", "since", "for", "exit", "message"):
+        table.add_column(col, overflow="fold")
+    for t in transitions:
+        table.add_row(
+            str(t.attempt),
+            styled(t.status.value),
+            t.reason or "",
+            _fmt(t.at),
+            seconds_text(t.duration) if t.duration is not None else "",
+            "" if t.exit_code is None else str(t.exit_code),
+            (t.message or "")[:120],
+        )
+    return table
+
+
 def counts_text(counts: dict[kc.ChildStatus, int]) -> str:
     return ", ".join(f"{styled(s.value)}={n}" for s, n in sorted(counts.items()))
 

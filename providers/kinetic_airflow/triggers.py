@@ -113,6 +113,8 @@ class KineticJobTrigger(BaseTrigger):
         self.log.info(
             "Kinetic job %s is %s (%s)", handle.job_id, state.status.value, state.reason or "-"
         )
+        if state.recoveries:  # no orchestrator retry was used: the job recovered itself
+            self.log.info("Kinetic job %s %s", handle.job_id, state.recovery_note)
         yield TriggerEvent(
             {
                 "status": status_of(state),

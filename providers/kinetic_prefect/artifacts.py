@@ -18,18 +18,25 @@ def _at(value: datetime | None) -> str:
     return value.isoformat(timespec="seconds") if value else ""
 
 
-def job_markdown(handle: kc.JobHandle, state: kc.JobState) -> str:
-    """Job id, target and final state, with a table of the job's state history."""
-    history: list[tuple[str, datetime | None, str | None, str | None]] = [
-        ("PENDING", state.created_at, "submitted", "")
-    ]
-    if state.started_at:
-        history.append(("RUNNING", state.started_at, "", ""))
-    if state.terminal:
-        history.append((state.status.value, state.finished_at, state.reason, state.message))
+def job_markdown(
+    handle: kc.JobHandle, state: kc.JobState, transitions: list[kc.Transition] | None = None
+) -> str:
+    """Job id, target and final state, with a table of the job's state history (the
+    recorded ``transitions`` across recovered attempts when given)."""
+    history: list[tuple[int, str, datetime | None, str | None, str | None]]
+    if transitions:
+        history = [(t.attempt, t.status.value, t.at, t.reason, t.message) for t in transitions]
+    else:
+        history = [(state.attempt, "PENDING", state.created_at, "submitted", "")]
+        if state.started_at:
+            history.append((state.attempt, "RUNNING", state.started_at, "", ""))
+        if state.terminal:
+            history.append(
+                (state.attempt, state.status.value, state.finished_at, state.reason, state.message)
+            )
     rows = "\n".join(
-        f"| {_cell(status)} | {_at(at)} | {_cell(reason)} | {_cell(message)} |"
-        for status, at, reason, message in history
+        f"| {attempt} | {_cell(status)} | {_at(at)} | {_cell(reason)} | {_cell(message)} |"
+        for attempt, status, at, reason, message in history
     )
     target = json.dumps(handle.target, sort_keys=True)
     return (
@@ -39,11 +46,12 @@ def job_markdown(handle: kc.JobHandle, state: kc.JobState) -> str:
         f"| attempt | {handle.attempt}{' (reattached)' if handle.reattached else ''} |\n"
         f"| final state | **{state.status.value}**{f' ({_cell(state.reason)})' if state.reason else ''} |\n"
         f"| exit code | {_cell(state.exit_code)} |\n"
+        f"| recoveries | {state.recoveries}{f' ({_cell(state.recovery_note)})' if state.recoveries else ''} |\n"
         f"| location | `{_cell(handle.location)}` |\n"
         f"| target | `{_cell(target)}` |\n"
         f"| idempotency key | `{_cell(handle.idempotency_key)}` |\n\n"
         f"#### State history\n\n"
-        f"| status | at | reason | message |\n|---|---|---|---|\n{rows}\n\n"
+        f"| attempt | status | at | reason | message |\n|---|---|---|---|---|\n{rows}\n\n"
         f"Inspect: `kinetic jobs status {handle.job_id}`, `kinetic jobs logs {handle.job_id}`; "
         f"reattach from Python with `kinetic_core.attach({handle.job_id!r})`.\n"
     )

@@ -72,7 +72,7 @@ async def collect(handle: kc.JobHandle, keep_result: bool) -> Any:
 
 async def attach_artifact(handle: kc.JobHandle, state: kc.JobState, logger: Any) -> None:
     try:
-        markdown = job_markdown(handle, state)
+        markdown = job_markdown(handle, state, await handle.ahistory())
         await acreate_markdown_artifact(
             markdown, description=f"Kinetic job {handle.job_id}: {state.status.value}"
         )
@@ -135,6 +135,8 @@ async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         state.status.value,
         f" ({state.reason}: {state.message})" if state.reason else "",
     )
+    if state.recoveries:  # no Prefect retry was used: the job recovered itself
+        logger.info("Kinetic job %s %s", handle.job_id, state.recovery_note)
     await attach_artifact(handle, state, logger)
     if state.status is kc.JobStatus.CANCELLED:
         return Cancelled(message=f"Kinetic job {handle.job_id} was cancelled: {state.message}")

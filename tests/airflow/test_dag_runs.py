@@ -234,3 +234,18 @@ def test_openlineage_reports_the_output_folder_and_a_kinetic_run_facet(dagbag: A
     from openlineage.client.serde import Serde
 
     assert '"jobId": "' + handle.job_id in Serde.to_json(facet)
+
+
+def test_a_lost_job_recovers_with_one_success_and_no_retry_consumed(
+    dagbag: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KT_RECOVERY_DIR", str(tmp_path))
+    dr, tis = run(dagbag, "kt_recovery")
+    ti = tis[("train", -1)]
+    assert dr.state == "success" and ti.state == "success"
+    assert ti.try_number == 1  # one try: the recovery is not an Airflow retry
+    assert xcom(ti) == "resumed from step 5"
+    state = kc.attach(xcom(ti, "job_id")).state()
+    assert (state.status, state.recoveries, state.attempt) == (kc.JobStatus.SUCCEEDED, 1, 2)
+    assert len((tmp_path / "starts").read_text().splitlines()) == 2
+    assert "recovered 1x, now attempt 2" in "".join(capfd.readouterr())

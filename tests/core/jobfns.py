@@ -96,3 +96,36 @@ def write_marker(path: str) -> str:
     with open(path, "w") as fh:
         fh.write("ran")
     return path
+
+
+def resumable(workdir: str, steps: int, exit_code: int | None = None) -> dict[str, Any]:
+    """A job that checkpoints each step in ``workdir`` and resumes from it. Its first run
+    stops half-way and waits to be killed (or exits with ``exit_code``); every run notes
+    its start, and a run to the end notes its completion."""
+    job_id = os.environ["KINETIC_JOB_ID"]
+    checkpoint = os.path.join(workdir, "checkpoint")
+    start = 0
+    if os.path.exists(checkpoint):
+        with open(checkpoint) as fh:
+            start = int(fh.read())
+    with open(os.path.join(workdir, "starts"), "a") as fh:
+        fh.write(f"{job_id} {start}\n")
+    print(f"{job_id} starts at step {start}", flush=True)
+    for step in range(start, steps):
+        with open(checkpoint + ".tmp", "w") as fh:
+            fh.write(str(step + 1))
+        os.replace(checkpoint + ".tmp", checkpoint)
+        if start == 0 and step + 1 == steps // 2:
+            if exit_code is not None:
+                raise SystemExit(exit_code)
+            with open(os.path.join(workdir, "halfway.tmp"), "w") as fh:
+                fh.write(job_id)
+            os.replace(os.path.join(workdir, "halfway.tmp"), os.path.join(workdir, "halfway"))
+            time.sleep(600)  # until killed
+    with open(os.path.join(workdir, "completions"), "a") as fh:
+        fh.write(f"{job_id}\n")
+    return {"resumed_from": start, "job_id": job_id}
+
+
+def exit_with(code: int) -> None:
+    raise SystemExit(code)

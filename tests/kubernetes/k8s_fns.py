@@ -36,3 +36,39 @@ def record_run(path: str, seconds: float) -> int:
     time.sleep(seconds)
     with open(path) as fh:
         return len(fh.read().splitlines())
+
+
+def checkpointed(workdir: str, steps: int = 10) -> dict[str, object]:
+    """Checkpoints each step in ``workdir``; the first run stops half-way and waits to be
+    disrupted, saving a last checkpoint from its preemption callback. Later runs resume."""
+    import kinetic_core as kc
+
+    job_id = os.environ["KINETIC_JOB_ID"]
+    checkpoint = os.path.join(workdir, "checkpoint")
+    start = 0
+    if os.path.exists(checkpoint):
+        with open(checkpoint) as fh:
+            start = int(fh.read())
+    with open(os.path.join(workdir, "starts"), "a") as fh:
+        fh.write(f"{job_id} {start}\n")
+
+    @kc.on_preemption
+    def save() -> None:
+        with open(os.path.join(workdir, "notice"), "w") as fh:
+            fh.write(f"{job_id} saved on SIGTERM, preempted={kc.preempted()}")
+
+    for step in range(start, steps):
+        with open(checkpoint + ".tmp", "w") as fh:
+            fh.write(str(step + 1))
+        os.replace(checkpoint + ".tmp", checkpoint)
+        if start == 0 and step + 1 == steps // 2:
+            with open(os.path.join(workdir, "halfway"), "w") as fh:
+                fh.write(job_id)
+            time.sleep(600)  # until the node goes
+    with open(os.path.join(workdir, "completions"), "a") as fh:
+        fh.write(f"{job_id}\n")
+    return {"resumed_from": start, "job_id": job_id}
+
+
+def exit_with(code: int) -> None:
+    raise SystemExit(code)

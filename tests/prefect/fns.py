@@ -74,3 +74,17 @@ async def async_square(x: int) -> int:
     """An async function: the job's runner awaits it remotely."""
     await asyncio.sleep(0)
     return x * x
+
+
+def lost_once(workdir: str) -> str:
+    """The first run checkpoints, then SIGKILLs its own supervisor and runner (their
+    process group: as if the machine restarted). A later run resumes from the checkpoint."""
+    import signal
+
+    checkpoint = Path(workdir) / "checkpoint"
+    with open(Path(workdir) / "starts", "a") as fh:
+        fh.write(f"{os.environ['KINETIC_JOB_ID']}\n")
+    if not checkpoint.exists():
+        checkpoint.write_text("step 5")
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    return f"resumed from {checkpoint.read_text()}"

@@ -215,3 +215,28 @@ def test_fifty_concurrent_tasks_share_one_poll_per_interval() -> None:
     # Polling per task would cost about n * alone bulk calls; one shared poller costs a
     # small multiple of a single wait, however many tasks wait.
     assert 0 < polls < n * alone / 4, (polls, alone)
+
+
+def test_a_lost_job_recovers_with_one_success_and_no_retry_consumed(tmp_path: Path) -> None:
+    lost = kinetic_task(fns.lost_once, max_recoveries=1, retries=0, log_interval=0.3)
+
+    @flow
+    def pipeline() -> str:
+        return lost(str(tmp_path))
+
+    state = pipeline(return_state=True)
+    assert state.is_completed()
+    assert state.result() == "resumed from step 5"
+    (run,) = task_runs(state.state_details.flow_run_id)
+    assert run.state.type.value == "COMPLETED" and run.run_count == 1  # no retry used
+    (job,) = [j for j in jobs_named("lost_once") if j.recovered_from is None]
+    final = job.state()
+    assert (final.status, final.recoveries, final.attempt) == (kc.JobStatus.SUCCEEDED, 1, 2)
+    assert len((tmp_path / "starts").read_text().splitlines()) == 2
+    (artifact,) = [
+        a for a in flow_run_artifacts(state.state_details.flow_run_id) if a.type == "markdown"
+    ]
+    assert "| recoveries | 1 (recovered 1x" in artifact.data
+    assert "| 1 | FAILED |" in artifact.data and "Lost" in artifact.data
+    logs = "\n".join(flow_run_logs(state.state_details.flow_run_id))
+    assert "recovered 1x" in logs

@@ -86,6 +86,27 @@ def _lost_node_state(
     return None
 
 
+# Pod status reasons a kubelet or controller sets when it stops a pod from outside: a
+# spot/preemptible node reclaimed (graceful node shutdown: "Terminated"; "Shutdown" and
+# "NodeShutdown" in other versions), an eviction, a node lost. Servers before 1.26 set no
+# DisruptionTarget condition (the test cluster runs 1.20), so these are read as well.
+DISRUPTED_REASONS = frozenset({"Evicted", "Terminated", "Shutdown", "NodeShutdown", "NodeLost"})
+
+
+def disrupted(pod_status: dict[str, Any]) -> str | None:
+    """Why the pod was stopped from outside (preempted, evicted, its node shut down or
+    lost), or None when nothing but its own process ended it."""
+    for cond in pod_status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            words = [w for w in (cond.get("reason"), cond.get("message")) if w]
+            return ": ".join(words) or "the pod was disrupted (DisruptionTarget)"
+    if pod_status.get("reason") in DISRUPTED_REASONS:
+        return f"{pod_status['reason']}: " + (
+            pod_status.get("message") or "the pod was stopped from outside its process"
+        )
+    return None
+
+
 def job_state(
     job: dict[str, Any] | None,
     pods: list[dict[str, Any]],
@@ -109,14 +130,10 @@ def job_state(
     conditions = {c["type"]: c for c in status.get("conditions", []) if c.get("status") == "True"}
     finished = _ts(status.get("completionTime")) or _ts(terminated.get("finishedAt"))
 
-    evicted = pod_status.get("reason") == "Evicted" or any(
-        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-        for c in pod_status.get("conditions", [])
-    )
     exited = partial(BackendState, "exited", started_at=started, finished_at=finished)
-    if evicted:
-        message = pod_status.get("message") or "the pod was evicted or preempted"
-        return exited(exit_code=exit_code, reason="Preempted", message=message)
+    disruption = disrupted(pod_status)
+    if disruption is not None:
+        return exited(exit_code=exit_code, reason="Preempted", message=disruption)
     if "Complete" in conditions:
         return exited(exit_code=0, reason="Completed")
     if "Failed" in conditions:

@@ -148,3 +148,29 @@ with DAG("kt_asset_consumer", schedule=[MODEL], start_date=START, catchup=False)
         return float(event.extra["metrics"]["r2"])
 
     deploy()
+
+
+def lost_once() -> str:
+    """The first run checkpoints, then SIGKILLs its supervisor and runner (as if the
+    machine restarted); the recovered attempt resumes from the checkpoint."""
+    import signal
+
+    workdir = os.environ["KT_RECOVERY_DIR"]
+    checkpoint = os.path.join(workdir, "checkpoint")
+    with open(os.path.join(workdir, "starts"), "a") as fh:
+        fh.write(os.environ["KINETIC_JOB_ID"] + "\n")
+    if not os.path.exists(checkpoint):
+        with open(checkpoint, "w") as fh:
+            fh.write("step 5")
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    with open(checkpoint) as fh:
+        return f"resumed from {fh.read()}"
+
+
+with DAG("kt_recovery", schedule=None, start_date=START, catchup=False):
+    KineticOperator(
+        task_id="train",
+        python_callable=lost_once,
+        target={**FAST, "max_recoveries": 1},
+        retries=0,
+    )

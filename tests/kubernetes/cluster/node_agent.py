@@ -12,6 +12,11 @@ kubelet's part of the contract with the API server closely enough for batch/v1 J
   controller completes or fails the Job;
 * honours graceful deletion (SIGTERM to the process group, SIGKILL after the grace period, then
   the final delete with gracePeriodSeconds=0);
+* simulates disruptions a test asks for with the pod annotation ``kinetic.test/disrupt``:
+  ``reclaim`` (a spot VM reclaimed: graceful node shutdown, SIGTERM, SIGKILL after the pod's
+  grace period capped at GKE's 15 s, pod ``Failed`` with reason ``Terminated`` as the 1.20
+  kubelet sets it, no DisruptionTarget condition) or ``evict`` (SIGKILL at once, reason
+  ``Evicted``, as the kubelet's eviction manager under node pressure);
 * serves ``/containerLogs/{ns}/{pod}/{container}`` over HTTPS, so ``read_namespaced_pod_log``
   works through the API server (follow, tailLines, timestamps, sinceSeconds, limitBytes).
 
@@ -57,6 +62,15 @@ LEASE_SECONDS = 40
 NODE_IP = "127.0.0.1"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
+DISRUPT_ANNOTATION = "kinetic.test/disrupt"
+SPOT_GRACE = 15  # seconds GKE gives a spot VM's pods before the node goes
+DISRUPTIONS = {
+    "reclaim": {
+        "reason": "Terminated",
+        "message": "Pod was terminated in response to imminent node shutdown.",
+    },
+    "evict": {"reason": "Evicted", "message": "The node was low on resource: memory."},
+}
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 
 
@@ -205,6 +219,8 @@ class PodRun:
     done: threading.Event = field(default_factory=threading.Event)
     deleting: bool = False
     lost: bool = False  # its node was lost: the process died with nothing reported
+    #: Pod-level reason/message of a simulated disruption, reported with the exit.
+    disruption: dict[str, str] = field(default_factory=dict)
 
 
 class Agent:
@@ -378,6 +394,14 @@ class Agent:
                         target=self._kill_and_finalize, args=(run, pod, grace), daemon=True
                     ).start()
                 return
+            kind = (meta.get("annotations") or {}).get(DISRUPT_ANNOTATION)
+            if run is not None and kind in DISRUPTIONS and not run.disruption:
+                run.disruption = DISRUPTIONS[kind]
+                grace = min(pod["spec"].get("terminationGracePeriodSeconds", 30), SPOT_GRACE)
+                threading.Thread(
+                    target=self._kill, args=(run, grace if kind == "reclaim" else 0), daemon=True
+                ).start()
+                return
             if run is not None or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
                 return
             container = pod["spec"]["containers"][0]["name"]
@@ -513,7 +537,8 @@ class Agent:
             if run.lost:
                 return  # its node is unreachable: nothing gets reported
             final = {
-                "phase": "Succeeded" if code == 0 else "Failed",
+                "phase": "Succeeded" if code == 0 and not run.disruption else "Failed",
+                **run.disruption,
                 "conditions": self._conditions(False, "PodCompleted"),
                 "containerStatuses": [self._container_status(run, pod, state)],
             }

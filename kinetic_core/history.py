@@ -1,0 +1,141 @@
+"""State history: every observed transition of a job, kept in storage.
+
+Object stores cannot append, so each transition is its own create-only record,
+``jobs/{id}/history/{STATUS}-{Reason}.json``, written by whichever process first observes
+it during status resolution (ten observers of one transition write it once). A process
+remembers what it has written, so a steady state costs no storage call per poll. The
+terminal entry is the job's ``outcome.json`` (written once anyway), read back here, and a job that ran
+between two polls shows its start from the runner's ``started.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from kinetic_core import layout
+from kinetic_core.errors import StorageError
+from kinetic_core.records import read_json, read_outcome
+from kinetic_core.states import JobState, JobStatus, timestamp
+from kinetic_core.storage import Storage
+
+log = logging.getLogger(__name__)
+
+# Transitions this process has recorded (or found recorded): (storage, job, entry name).
+_SEEN_MAX = 50_000
+_seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One observed state of one attempt, from ``at`` until the next transition."""
+
+    job_id: str
+    attempt: int
+    status: JobStatus
+    reason: str | None
+    message: str | None
+    exit_code: int | None
+    at: datetime | None
+    #: Seconds until the next transition (None for the last one).
+    duration: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        data["at"] = self.at.isoformat() if self.at else None
+        return data
+
+
+def entry_name(status: JobStatus, reason: str | None) -> str:
+    """``RUNNING-none``, ``PENDING-Unschedulable``: safe as a path segment whatever the
+    backend's reason says."""
+    word = re.sub(r"[^A-Za-z0-9]", "", reason or "")[:48] or "none"
+    return f"{status.value}-{word}"
+
+
+def _remember(key: tuple[str, str, str]) -> bool:
+    """True if ``key`` is new to this process (and remember it)."""
+    with _lock:
+        if key in _seen:
+            _seen.move_to_end(key)
+            return False
+        _seen[key] = None
+        if len(_seen) > _SEEN_MAX:
+            _seen.popitem(last=False)
+        return True
+
+
+def note(storage: Storage, state: JobState) -> None:
+    """Record ``state`` if it is a transition nobody recorded yet. Terminal states are
+    recorded by the outcome itself. Best effort: read-only storage only logs."""
+    if state.terminal:
+        return
+    name = entry_name(state.status, state.reason)
+    if not _remember((storage.uri, state.job_id, name)):
+        return
+    at = state.started_at if state.status is JobStatus.RUNNING and state.started_at else None
+    record = {
+        "job_id": state.job_id,
+        "attempt": state.attempt,
+        "status": state.status.value,
+        "reason": state.reason,
+        "message": state.message,
+        "exit_code": state.exit_code,
+        "at": at.timestamp() if at else time.time(),
+    }
+    try:
+        storage.write_bytes(
+            layout.history_entry(state.job_id, name), json.dumps(record).encode(), create_only=True
+        )
+    except FileExistsError:
+        pass  # another observer saw it first
+    except (StorageError, OSError) as exc:
+        log.info("kinetic: cannot record the history of %s: %s", state.job_id, exc)
+
+
+def transitions(storage: Storage, job_id: str, attempt: int = 1) -> list[Transition]:
+    """The recorded transitions of one attempt, oldest first, with durations."""
+    records = []
+    for name in storage.list_names(layout.history_dir(job_id)):
+        if name.endswith(".json"):
+            data = read_json(storage, layout.history_entry(job_id, name[: -len(".json")]))
+            if data is not None and data.get("job_id") == job_id:
+                records.append(data)
+    started = read_json(storage, layout.job_file(job_id, layout.STARTED))
+    if started is not None and not any(r.get("status") == "RUNNING" for r in records):
+        # Started and ended between two polls: the runner's own record says when it ran.
+        records.append({**started, "status": JobStatus.RUNNING.value})
+    outcome = read_outcome(storage, job_id)
+    if outcome is not None:
+        records.append(outcome)
+    records.sort(key=lambda r: float(r.get("at") or 0))
+    found: list[Transition] = []
+    for i, r in enumerate(records):
+        try:
+            status = JobStatus(r["status"])
+        except (KeyError, ValueError):
+            continue
+        nxt = records[i + 1].get("at") if i + 1 < len(records) else None
+        at = r.get("at")
+        found.append(
+            Transition(
+                job_id=job_id,
+                attempt=int(r.get("attempt") or attempt),
+                status=status,
+                reason=r.get("reason"),
+                message=r.get("message"),
+                exit_code=r.get("exit_code"),
+                at=timestamp(at),
+                duration=float(nxt) - float(at) if nxt and at else None,
+            )
+        )
+    return found
