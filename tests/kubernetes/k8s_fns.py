@@ -27,3 +27,22 @@ def slow_talk(lines: int, pause: float) -> int:
 
 def sleep(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def pod_view(names: list[str], mount: str, wait_for: str) -> dict[str, object]:
+    """What the job's process sees: env values and the files under a mounted volume, once a
+    sidecar has written ``wait_for`` there (the test node agent maps mount paths to per-pod
+    folders and says where in NODE_AGENT_MOUNTS)."""
+    import json
+
+    folder = json.loads(os.environ.get("NODE_AGENT_MOUNTS", "{}")).get(mount, mount)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(folder, wait_for)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with open(os.path.join(folder, "from-runner"), "w") as fh:
+        fh.write("hello")
+    return {
+        "env": {n: os.environ.get(n) for n in names},
+        "files": sorted(os.listdir(folder)),
+        "sidecar_wrote": open(os.path.join(folder, wait_for)).read().strip(),
+    }
