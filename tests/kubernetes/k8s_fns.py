@@ -39,6 +39,7 @@ def pod_view(names: list[str], mount: str, wait_for: str) -> dict[str, object]:
     deadline = time.monotonic() + 60
     while not os.path.exists(os.path.join(folder, wait_for)) and time.monotonic() < deadline:
         time.sleep(0.1)
+    print("the kinetic container speaks", flush=True)
     with open(os.path.join(folder, "from-runner"), "w") as fh:
         fh.write("hello")
     return {

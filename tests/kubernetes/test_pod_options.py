@@ -226,7 +226,8 @@ def test_env_secret_env_and_shared_empty_dir_reach_the_processes(
     monkeypatch.setenv("WANDB_ENTITY", "vision")
     sidecar = (
         "import json, os; folder = json.loads(os.environ['NODE_AGENT_MOUNTS'])['/shared']; "
-        "open(os.path.join(folder, 'from-sidecar'), 'w').write(os.environ['SIDECAR_SAYS'])"
+        "open(os.path.join(folder, 'from-sidecar'), 'w').write(os.environ['SIDECAR_SAYS']); "
+        "print('the sidecar speaks', flush=True)"
     )
     target = kube.merge(
         {
@@ -270,6 +271,30 @@ def test_env_secret_env_and_shared_empty_dir_reach_the_processes(
     }
     assert view["sidecar_wrote"] == "ready"
     assert view["files"] == ["from-runner", "from-sidecar"]
+    logs = job.logs()
+    assert "the kinetic container speaks" in logs and "the sidecar speaks" not in logs
+
+
+def test_the_kinetic_container_decides_whatever_its_position() -> None:
+    """The kubelet lists container statuses by name: a sidecar may come first."""
+    from kinetic_core.backends.kubernetes import job_state
+
+    def status(name: str, state: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "state": state}
+
+    pod = {
+        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                status("a-sidecar", {"running": {"startedAt": "2026-01-01T00:00:01Z"}}),
+                status("runner", {"terminated": {"exitCode": 3, "reason": "Error"}}),
+            ],
+        },
+    }
+    job = {"metadata": {}, "status": {"startTime": "2026-01-01T00:00:00Z"}}
+    state = job_state(job, [pod])
+    assert (state.phase, state.exit_code, state.reason) == ("exited", 3, "Error")
 
 
 def test_kubeconfig_content_reaches_the_cluster_and_is_never_stored(
