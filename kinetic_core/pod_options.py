@@ -132,8 +132,8 @@ def check_volumes(value: Any) -> list[Volume]:
                 sub_path=spec.get("sub_path"),
             )
         )
-    check_unique("volumes", [v.name for v in volumes], "volume name", "set 'name' on one of them")
     check_unique("volumes", [v.mount_path for v in volumes], "mount path", "mount each once")
+    check_unique("volumes", [v.name for v in volumes], "volume name", "set 'name' on one of them")
     return volumes
 
 
