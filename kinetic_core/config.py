@@ -180,6 +180,13 @@ class Target:
         for name in ("life_span", "schedule_timeout", "poll_interval"):
             if getattr(self, name) is not None:
                 positive_seconds(getattr(self, name), name)
+        if self.kubeconfig is not None and (
+            not isinstance(self.kubeconfig, str) or not self.kubeconfig.strip()
+        ):
+            raise ConfigError(
+                "kubeconfig is empty: give the path of a kubeconfig file or its content (YAML), "
+                "or leave it unset ($KUBECONFIG, ~/.kube/config)."
+            )
         env_spec(self.env)
         check_pod_options(**{name: getattr(self, name) for name in POD_OPTIONS})
         if self.tags is not None:
