@@ -52,3 +52,26 @@ def test_kubeconfig_stays_out_of_the_database_xcom_logs_and_handles(
     jobs = Path(storage.removeprefix("file://")) / "jobs"
     records = [p for p in jobs.rglob("*") if p.is_file()] if jobs.exists() else []
     assert not any(TOKEN.encode() in p.read_bytes() for p in records)
+
+
+async def test_a_trigger_in_a_fresh_triggerer_knows_the_content_from_its_connection(
+    connection: None,
+) -> None:
+    """A triggerer is another process: it never saw the content the worker submitted with.
+    Its trigger reads the connection, so the handle's reference resolves there too."""
+    import kinetic_core as kc
+    from kinetic_airflow import KineticJobTrigger
+    from kinetic_core import kube_credentials
+
+    target = KineticHook("kinetic_kubeconfig").get_target({"poll_interval": 0.3})
+    job = kc.submit(divmod, (7, 2), target=target)
+    reference = job.target["kubeconfig"]
+    assert reference.startswith("kubeconfig-sha256:") and TOKEN not in job.to_json()
+    kube_credentials._known.clear()  # as in a triggerer process that starts afresh
+    assert kube_credentials.kubeconfig_content(reference) is None
+    trigger = KineticJobTrigger(
+        handle=job.to_json(), kinetic_conn_id="kinetic_kubeconfig", stream_logs=False
+    )
+    event = (await anext(trigger.run())).payload
+    assert event["status"] == "success"
+    assert kube_credentials.kubeconfig_content(reference) == KUBECONFIG
