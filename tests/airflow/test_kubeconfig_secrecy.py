@@ -59,8 +59,9 @@ async def test_a_trigger_in_a_fresh_triggerer_knows_the_content_from_its_connect
 ) -> None:
     """A triggerer is another process: it never saw the content the worker submitted with.
     Its trigger reads the connection, so the handle's reference resolves there too."""
-    import kinetic_core as kc
     from kinetic_airflow import KineticJobTrigger
+
+    import kinetic_core as kc
     from kinetic_core import kube_credentials
 
     target = KineticHook("kinetic_kubeconfig").get_target({"poll_interval": 0.3})
