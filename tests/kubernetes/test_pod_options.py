@@ -260,7 +260,7 @@ def test_env_secret_env_and_shared_empty_dir_reach_the_processes(
         "DB_PASSWORD",
     ]
     job = kc.submit(k8s_fns.pod_view, (names, "/shared", "from-sidecar"), target=target)
-    view = job.result(timeout=120)
+    view = job.result(timeout=120, cleanup=False)
     assert view["env"] == {
         "LITERAL_SETTING": "on",
         "WANDB_PROJECT": "nightly",
@@ -273,6 +273,7 @@ def test_env_secret_env_and_shared_empty_dir_reach_the_processes(
     assert view["files"] == ["from-runner", "from-sidecar"]
     logs = job.logs()
     assert "the kinetic container speaks" in logs and "the sidecar speaks" not in logs
+    job.cleanup()
 
 
 def test_the_kinetic_container_decides_whatever_its_position() -> None:
