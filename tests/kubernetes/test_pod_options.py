@@ -214,7 +214,7 @@ def test_pod_template_from_a_yaml_file(kube: kc.Target, tmp_path: Path) -> None:
 
 
 def test_env_secret_env_and_shared_empty_dir_reach_the_processes(
-    kube: kc.Target, monkeypatch: pytest.MonkeyPatch
+    kube: kc.Target, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A sidecar and the kinetic container share an emptyDir; the job's value comes from the
     kinetic container whatever the sidecar does."""
@@ -223,6 +223,9 @@ def test_env_secret_env_and_shared_empty_dir_reach_the_processes(
     _secret(backend, "team-creds", {"DB_PASSWORD": "db-secret"})
     _config_map(backend, "team-settings", {"REGION": "eu"})
     monkeypatch.setenv("WANDB_PROJECT", "nightly")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "hello.txt").write_text("from the node")
     monkeypatch.setenv("WANDB_ENTITY", "vision")
     sidecar = (
         "import json, os; folder = json.loads(os.environ['NODE_AGENT_MOUNTS'])['/shared']; "
@@ -237,7 +240,12 @@ def test_env_secret_env_and_shared_empty_dir_reach_the_processes(
                 {"config_map": "team-settings", "prefix": "TEAM_"},
                 {"secret": "team-creds"},
             ],
-            "volumes": {"/shared": {"empty_dir": {"medium": "Memory", "size_limit": "64Mi"}}},
+            "volumes": {
+                "/shared": {"empty_dir": {"medium": "Memory", "size_limit": "64Mi"}},
+                "/etc/creds": {"secret": "team-creds", "read_only": True},
+                "/etc/settings": {"config_map": "team-settings"},
+                "/host": {"host_path": str(host)},
+            },
             "pod_template": {
                 "containers": [
                     {
@@ -259,7 +267,8 @@ def test_env_secret_env_and_shared_empty_dir_reach_the_processes(
         "TEAM_REGION",
         "DB_PASSWORD",
     ]
-    job = kc.submit(k8s_fns.pod_view, (names, "/shared", "from-sidecar"), target=target)
+    files = ("/etc/creds/DB_PASSWORD", "/etc/settings/REGION", "/host/hello.txt")
+    job = kc.submit(k8s_fns.pod_view, (names, "/shared", "from-sidecar", files), target=target)
     view = job.result(timeout=120, cleanup=False)
     assert view["env"] == {
         "LITERAL_SETTING": "on",
@@ -270,6 +279,7 @@ def test_env_secret_env_and_shared_empty_dir_reach_the_processes(
         "DB_PASSWORD": "db-secret",
     }
     assert view["sidecar_wrote"] == "ready"
+    assert view["read"] == dict(zip(files, ("db-secret", "eu", "from the node"), strict=True))
     assert view["files"] == ["from-runner", "from-sidecar"]
     logs = job.logs()
     assert "the kinetic container speaks" in logs and "the sidecar speaks" not in logs
