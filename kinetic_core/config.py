@@ -15,13 +15,31 @@ from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from kinetic_core import registry
+from kinetic_core.envvars import env_spec
 from kinetic_core.errors import ConfigError
+from kinetic_core.kube_credentials import kubeconfig_reference, remember_kubeconfig
+from kinetic_core.pod_options import check_pod_options
 
 # Derived from the registry: a backend or scheme registered there is valid here.
 BACKENDS = tuple(registry.BACKENDS)
 STORAGE_SCHEMES = tuple(f"{scheme}://" for scheme in registry.STORAGE)
 SECRET_FIELDS = frozenset({"signing_key"})
 DEFAULT_STORAGE = "file://~/.kinetic"
+#: Target fields checked by ``pod_options.check_pod_options``.
+POD_OPTIONS = (
+    "secret_env",
+    "env_from",
+    "volumes",
+    "image_pull_policy",
+    "image_pull_secrets",
+    "priority_class",
+    "affinity",
+    "security_context",
+    "termination_grace_period",
+    "ttl_after_finished",
+    "active_deadline",
+    "pod_template",
+)
 
 
 @dataclass(frozen=True)
@@ -38,19 +56,33 @@ class Target:
     resources: dict[str, Any] | None = None
     service_account: str | None = None
     kube_context: str | None = None
-    kubeconfig: str | None = (
-        None  # path of a kubeconfig file (default: $KUBECONFIG, ~/.kube/config)
-    )
+    # a kubeconfig: its path, or its content (YAML, kept secret: never serialized or shown);
+    # default: $KUBECONFIG, ~/.kube/config
+    kubeconfig: str | None = field(default=None, repr=False)
     in_cluster: bool | None = None
     node_selector: dict[str, str] | None = None
     tolerations: list[dict[str, Any]] | None = None
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     project: str | None = None
+    # Pod options (Kubernetes; checked in pod_options.py, turned into the pod in manifest.py).
+    secret_env: dict[str, str] | None = None  # {"NAME": "secret-name/key"}
+    env_from: list[dict[str, Any]] | None = None  # [{"secret": name} | {"config_map": name}]
+    volumes: dict[str, dict[str, Any]] | None = None  # {"/mount/path": {"pvc": "claim"}}
+    image_pull_policy: str | None = None
+    image_pull_secrets: list[str] | None = None
+    priority_class: str | None = None
+    affinity: dict[str, Any] | None = None
+    security_context: dict[str, Any] | None = None  # the pod's securityContext
+    termination_grace_period: int | None = None  # seconds between SIGTERM and SIGKILL
+    ttl_after_finished: int | None = None  # seconds a finished Job is kept (default 1 day)
+    active_deadline: float | None = None  # seconds the cluster lets the Job run (default life_span)
+    pod_template: dict[str, Any] | str | None = None  # pod spec (or YAML path) merged under ours
     # Local backend option: where supervisor records and logs live (default: beside the storage).
     local_dir: str | None = None
     # Job behaviour.
-    env: list[str] | None = None  # names of env vars captured at submit (values travel signed)
+    # names/patterns captured at submit (values travel signed), or {"NAME": "literal"}
+    env: list[str] | dict[str, str | None] | None = None
     life_span: float | None = None  # max seconds running
     schedule_timeout: float | None = None  # max seconds pending
     poll_interval: float | None = None  # steady-state seconds between status polls
@@ -104,13 +136,21 @@ class Target:
         }
         return dataclasses.replace(self, **changes)
 
+    def __post_init__(self) -> None:
+        remember_kubeconfig(self.kubeconfig)
+
     def to_dict(self, *, include_secrets: bool = False) -> dict[str, Any]:
-        return {
+        """The fields that are set; without ``include_secrets`` the signing key is left out
+        and kubeconfig content becomes its reference (see ``kube_credentials``)."""
+        data = {
             f.name: getattr(self, f.name)
             for f in fields(self)
             if getattr(self, f.name) is not None
             and (include_secrets or f.name not in SECRET_FIELDS)
         }
+        if not include_secrets and "kubeconfig" in data:
+            data["kubeconfig"] = kubeconfig_reference(data["kubeconfig"])
+        return data
 
     def to_json(self) -> str:
         """JSON without secrets: safe for handles, XCom, trigger kwargs and logs."""
@@ -143,10 +183,15 @@ class Target:
         for name in ("life_span", "schedule_timeout", "poll_interval"):
             if getattr(self, name) is not None:
                 positive_seconds(getattr(self, name), name)
-        if self.env is not None and not all(isinstance(n, str) and n for n in self.env):
+        if self.kubeconfig is not None and (
+            not isinstance(self.kubeconfig, str) or not self.kubeconfig.strip()
+        ):
             raise ConfigError(
-                f"env must be a list of environment variable names, got {self.env!r}."
+                "kubeconfig is empty: give the path of a kubeconfig file or its content (YAML), "
+                "or leave it unset ($KUBECONFIG, ~/.kube/config)."
             )
+        env_spec(self.env)
+        check_pod_options(**{name: getattr(self, name) for name in POD_OPTIONS})
         if self.tags is not None:
             validate_tags(self.tags)
         validate_recovery(self.max_recoveries, self.recover_on_exit_codes)
@@ -229,14 +274,12 @@ def _parse_env(var: str, raw: str, hint: Any) -> Any:
             return float(raw)
         if origin is int:
             return int(raw)
+        if origin in (list, dict) and raw.lstrip().startswith(("[", "{")):
+            return json.loads(raw)
         if origin is list:
-            items = (
-                json.loads(raw)
-                if raw.lstrip().startswith("[")
-                else [s.strip() for s in raw.split(",") if s.strip()]
-            )
+            items = [s.strip() for s in raw.split(",") if s.strip()]
             return [int(i) for i in items] if get_args(kind) == (int,) else items
-        if origin is dict:
+        if origin is dict and str not in args:
             return json.loads(raw)
     except ValueError as exc:
         raise ConfigError(f"Cannot parse {var}={raw!r} as {kind}: {exc}") from None

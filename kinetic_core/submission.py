@@ -24,6 +24,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt
 from kinetic_core import layout
 from kinetic_core.backends import LaunchSpec, get_backend
 from kinetic_core.config import Target, validate_tags
+from kinetic_core.envvars import job_env
 from kinetic_core.errors import ConfigError, JobNotFound, KineticError, SubmissionError
 from kinetic_core.ids import keyed_id, new_id
 from kinetic_core.jobs import JobHandle, load_handle
@@ -106,15 +107,7 @@ def submit(
     resolved = Target.coerce(target).resolve()
     all_tags = {**(resolved.tags or {}), **validate_tags(tags or {})}
     job_name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
-    missing = [n for n in (resolved.env or []) if n not in os.environ]
-    if missing:
-        raise ConfigError(f"Target.env names {missing}, which are not set in this environment.")
-    call = {
-        "fn": fn,
-        "args": args,
-        "kwargs": kwargs,
-        "env": {n: os.environ[n] for n in resolved.env or []},
-    }
+    call = {"fn": fn, "args": args, "kwargs": kwargs, "env": job_env(resolved.env, os.environ)}
     plan = _Submission(resolved, call, _by_value_modules(fn, resolved), job_name, all_tags)
     if idempotency_key is None:
         return plan.create(new_id(job_name), attempt=1, key=None)
@@ -150,6 +143,18 @@ class _Submission:
         )
         created = False
         backend = get_backend(self.target)
+        spec = LaunchSpec(
+            job_id=job_id,
+            storage_uri=handle.storage,
+            target=self.target,
+            labels={"kinetic/job-id": job_id, **self.tags},
+            python_path=[p for p in sys.path if p],
+            workdir=os.getcwd(),
+        )
+        # A backend may refuse the launch before anything is written (e.g. a bad pod spec).
+        check_launch = getattr(backend, "check_launch", None)
+        if check_launch:
+            check_launch(spec)
         # The local backend marks this process as the submitter until the launch is done,
         # so a job whose submitter dies half-way is known dead at once (other backends:
         # nothing to mark).
@@ -178,16 +183,7 @@ class _Submission:
                         create_only=True,
                     )
                     created = True
-                backend.launch(
-                    LaunchSpec(
-                        job_id=job_id,
-                        storage_uri=handle.storage,
-                        target=self.target,
-                        labels={"kinetic/job-id": job_id, **self.tags},
-                        python_path=[p for p in sys.path if p],
-                        workdir=os.getcwd(),
-                    )
-                )
+                backend.launch(spec)
                 # From here on, a backend that does not know the job means it was deleted.
                 try_write_record(storage, job_id, layout.LAUNCHED, backend=backend.name)
             except FileExistsError:

@@ -40,6 +40,13 @@ except ImportError:  # Airflow 3.0
         BaseHook,
     )
 
+try:  # Airflow >= 3.1: masked in the task process and its supervisor
+    from airflow.sdk.log import mask_secret
+except ImportError:  # Airflow 3.0
+    from airflow.sdk.execution_time.secrets_masker import (  # type: ignore[no-redef,unused-ignore]
+        mask_secret,  # noqa: F401
+    )
+
 #: The triggerer calls ``BaseTrigger.on_kill`` when a user kills a deferred task (3.3+).
 TRIGGER_ON_KILL: bool = "on_kill" in vars(BaseTrigger)
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import kinetic_core as kc
-from kinetic_airflow.compat import AirflowNotFoundException, BaseHook, aget_connection
+from kinetic_airflow.compat import (
+    AirflowNotFoundException,
+    BaseHook,
+    aget_connection,
+    mask_secret,
+)
 
 DEFAULT_CONN_ID = "kinetic_default"
 _LEGACY_PREFIX = "extra__kinetic__"
@@ -15,6 +20,8 @@ def target_from_connection(conn: Any) -> kc.Target:
     """Build a Target from a connection: extra fields (any Target option) + password as signing key.
 
     Empty values mean "not set here", so ``KINETIC_*`` variables and defaults still apply.
+    A ``kubeconfig`` extra holding the file's content (not a path) is masked in task logs;
+    the core never serializes it.
     """
     extra = conn.extra_dejson if conn.extra else {}
     if not isinstance(extra, dict):
@@ -27,6 +34,9 @@ def target_from_connection(conn: Any) -> kc.Target:
         fields[name] = value
     if conn.password:
         fields["signing_key"] = conn.password
+    kubeconfig = str(fields.get("kubeconfig", ""))
+    if "\n" in kubeconfig or kubeconfig.lstrip().startswith("{"):  # content, not a path
+        mask_secret(kubeconfig)
     try:
         return kc.Target.from_dict(fields)
     except kc.ConfigError as exc:

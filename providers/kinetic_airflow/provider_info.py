@@ -19,7 +19,6 @@ _TEXT_FIELDS: dict[str, tuple[str, str]] = {
     "accelerator": ("Accelerator", "e.g. tpu-v5e-8, gpu-l4 (empty: CPU only)"),
     "namespace": ("Kubernetes namespace", "default"),
     "kube_context": ("Kube context", "context name in the kubeconfig"),
-    "kubeconfig": ("Kubeconfig path", "path of a kubeconfig file (empty: $KUBECONFIG)"),
     "project": ("GCP project", "my-gcp-project (links to the Cloud Console)"),
     "image": ("Container image", "us-docker.pkg.dev/proj/repo/image:tag"),
 }
@@ -43,6 +42,12 @@ def conn_fields() -> dict[str, Any]:
     }
     for name, (label, hint) in _TEXT_FIELDS.items():
         fields[name] = _field(label, hint, {"type": ["string", "null"]})
+    fields["kubeconfig"] = _field(
+        "Kubeconfig",
+        "path of a kubeconfig file, or its content (kept out of handles, XCom and logs); "
+        "empty: $KUBECONFIG",
+        {"type": ["string", "null"], "format": "password"},
+    )
     fields["spot"] = _field(
         "Spot", "run on spot / preemptible capacity", {"type": ["boolean", "null"]}
     )

@@ -87,6 +87,8 @@ class KineticJobTrigger(BaseTrigger):
             handle.storage,
         )
         try:
+            if self.kinetic_conn_id:  # a kubeconfig given as content is known in this process
+                await KineticHook(self.kinetic_conn_id).aget_target()
             if self.stream_logs:
                 stream = handle.afollow_logs(cursor=self.log_cursor, interval=self.poll_interval)
                 async for line in stream:

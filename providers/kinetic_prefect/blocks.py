@@ -15,7 +15,6 @@ from prefect.blocks.core import Block
 from pydantic import Field, SecretStr
 
 import kinetic_core as kc
-from kinetic_prefect.kubeconfig import kubeconfig_file
 
 DOCUMENTATION_URL = "https://kinetic-workflows.github.io/kinetic-workflows/prefect/"
 LOGO_URL = (
@@ -72,8 +71,8 @@ def train(data_uri: str) -> dict: ...
     )
     kubeconfig_content: SecretStr | None = Field(
         default=None,
-        description="A kubeconfig's YAML, kept secret; written to a private file under "
-        "~/.kinetic/kubeconfigs when used (instead of kubeconfig, not with it).",
+        description="A kubeconfig's YAML, kept secret: held in memory, never written to a "
+        "file, a handle or a log (instead of kubeconfig, not with it).",
     )
     kube_context: str | None = Field(default=None, description="kubeconfig context to use.")
     node_selector: dict[str, str] | None = Field(
@@ -95,7 +94,50 @@ def train(data_uri: str) -> dict: ...
     poll_interval: float | None = Field(
         default=None, description="Steady-state seconds between status polls."
     )
-    env: list[str] | None = Field(default=None, description="Env var names captured at submit.")
+    env: list[str] | dict[str, str | None] | None = Field(
+        default=None,
+        description="Env vars: names or patterns (WANDB_*) captured at submit, or "
+        '{"NAME": "literal value"}.',
+    )
+    secret_env: dict[str, str] | None = Field(
+        default=None, description='Env vars from Secrets: {"NAME": "secret-name/key"}.'
+    )
+    env_from: list[dict[str, Any]] | None = Field(
+        default=None,
+        description='Whole Secrets/ConfigMaps as env: [{"secret": "name"}, {"config_map": "name"}].',
+    )
+    volumes: dict[str, dict[str, Any]] | None = Field(
+        default=None,
+        description='Mounts: {"/data": {"pvc": "claim"}, "/dev/shm": {"empty_dir": '
+        '{"medium": "Memory", "size_limit": "16Gi"}}} (also secret, config_map, host_path).',
+    )
+    image_pull_policy: str | None = Field(
+        default=None, description="Always, IfNotPresent or Never."
+    )
+    image_pull_secrets: list[str] | None = Field(
+        default=None, description="Secrets holding registry credentials."
+    )
+    priority_class: str | None = Field(default=None, description="PriorityClass of the pod.")
+    affinity: dict[str, Any] | None = Field(
+        default=None, description="Pod affinity, as in a pod spec."
+    )
+    security_context: dict[str, Any] | None = Field(
+        default=None, description="The pod's securityContext, as in a pod spec."
+    )
+    termination_grace_period: int | None = Field(
+        default=None, description="Seconds between SIGTERM and SIGKILL."
+    )
+    ttl_after_finished: int | None = Field(
+        default=None, description="Seconds a finished Job is kept (default 86400)."
+    )
+    active_deadline: float | None = Field(
+        default=None, description="Seconds the cluster lets the Job run (default: life_span)."
+    )
+    pod_template: dict[str, Any] | str | None = Field(
+        default=None,
+        description="A pod spec (or the path of a YAML file) merged under the generated one: "
+        "sidecars, init containers, DNS, host settings.",
+    )
     pickle_by_value: list[str] | None = Field(
         default=None,
         description="Modules shipped with the function (by value) because the image lacks them.",
@@ -107,7 +149,8 @@ def train(data_uri: str) -> dict: ...
 
     def to_target(self) -> kc.Target:
         """The block as a (not yet resolved) ``kinetic_core.Target``; raises ConfigError if
-        invalid. A ``kubeconfig_content`` becomes a private file whose path the Target names."""
+        invalid. A ``kubeconfig_content`` travels as the Target's kubeconfig (the core keeps
+        it in memory and serializes only a reference to it)."""
         data: dict[str, Any] = {
             name: getattr(self, name)
             for name in TARGET_OPTIONS
@@ -121,7 +164,7 @@ def train(data_uri: str) -> dict: ...
                     "Set either kubeconfig (a file path) or kubeconfig_content (the YAML) "
                     "in the KineticConfig block, not both."
                 )
-            data["kubeconfig"] = kubeconfig_file(self.kubeconfig_content.get_secret_value())
+            data["kubeconfig"] = self.kubeconfig_content.get_secret_value()
         target = kc.Target.from_dict(data)
         target.validate()
         return target

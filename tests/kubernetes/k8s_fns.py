@@ -72,3 +72,34 @@ def checkpointed(workdir: str, steps: int = 10) -> dict[str, object]:
 
 def exit_with(code: int) -> None:
     raise SystemExit(code)
+
+
+def pod_view(
+    names: list[str], mount: str, wait_for: str, read: tuple[str, ...] = ()
+) -> dict[str, object]:
+    """What the job's process sees: env values and the files under a mounted volume, once a
+    sidecar has written ``wait_for`` there (the test node agent maps mount paths to per-pod
+    folders and says where in NODE_AGENT_MOUNTS)."""
+    import json
+
+    folder = json.loads(os.environ.get("NODE_AGENT_MOUNTS", "{}")).get(mount, mount)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(folder, wait_for)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    print("the kinetic container speaks", flush=True)
+    with open(os.path.join(folder, "from-runner"), "w") as fh:
+        fh.write("hello")
+    mounts = json.loads(os.environ.get("NODE_AGENT_MOUNTS", "{}"))
+
+    def local(path: str) -> str:
+        for mounted, where in mounts.items():
+            if path.startswith(mounted + "/"):
+                return where + path[len(mounted) :]
+        return path
+
+    return {
+        "read": {path: open(local(path)).read() for path in read},
+        "env": {n: os.environ.get(n) for n in names},
+        "files": sorted(os.listdir(folder)),
+        "sidecar_wrote": open(os.path.join(folder, wait_for)).read().strip(),
+    }

@@ -12,33 +12,13 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-from kinetic_core.backends import get_backend
 from kinetic_core.backends.kubernetes import KubernetesBackend
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_fns
-from test_backend import FNS, _list, _pods
+from test_backend import _backend, _list, _pods
 
 from kinetic_core.polling import poll_ticks
-
-
-@pytest.fixture
-def kube(k8s_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> kc.Target:
-    monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig_path))
-    monkeypatch.setenv("KINETIC_STORAGE", f"file://{tmp_path / 'store'}")
-    return kc.Target(
-        backend="kubernetes",
-        kube_context="kinetic-test",
-        namespace="default",
-        pickle_by_value=[FNS],
-        poll_interval=0.5,
-    )
-
-
-def _backend(target: kc.Target) -> KubernetesBackend:
-    backend = get_backend(target.resolve())
-    assert isinstance(backend, KubernetesBackend)
-    return backend
 
 
 def _disrupt(backend: KubernetesBackend, job_id: str, kind: str) -> None:

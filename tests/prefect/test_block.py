@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import stat
 from pathlib import Path
 
 import fns
@@ -34,6 +33,19 @@ KUBE_OPTIONS = {
     "labels": {"team": "ml"},
     "annotations": {"owner": "nightly"},
     "pickle_by_value": ["mylib"],
+    "env": {"MODE": "nightly", "WANDB_*": None},
+    "secret_env": {"WANDB_API_KEY": "wandb/api-key"},
+    "env_from": [{"config_map": "settings", "prefix": "APP_"}],
+    "volumes": {"/dev/shm": {"empty_dir": {"medium": "Memory", "size_limit": "16Gi"}}},
+    "image_pull_policy": "Always",
+    "image_pull_secrets": ["registry"],
+    "priority_class": "batch",
+    "affinity": {"nodeAffinity": {}},
+    "security_context": {"runAsUser": 1000},
+    "termination_grace_period": 30,
+    "ttl_after_finished": 3600,
+    "active_deadline": 7200,
+    "pod_template": {"containers": [{"name": "log-shipper", "image": "fluent-bit"}]},
 }
 
 
@@ -54,10 +66,11 @@ def test_block_round_trip_carries_every_kubernetes_option() -> None:
     assert target == kc.Target(**KUBE_OPTIONS, kubeconfig="/etc/kube/config")
 
 
-def test_kubeconfig_content_is_a_private_file_never_persisted_or_logged(
+def test_kubeconfig_content_stays_in_memory_never_persisted_or_logged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kinetic_storage: str
 ) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
     KineticConfig(storage=kinetic_storage, kubeconfig_content=KUBECONFIG).save(
         "with-kubeconfig", overwrite=True
     )
@@ -68,14 +81,10 @@ def test_kubeconfig_content_is_a_private_file_never_persisted_or_logged(
     assert "very-secret-token" not in json.dumps(stored.data, default=str)
 
     target = KineticConfig.load("with-kubeconfig").to_target()
-    path = Path(target.kubeconfig or "")
-    digest = hashlib.sha256(KUBECONFIG.encode()).hexdigest()
-    assert path.parent == tmp_path / "home" / ".kinetic" / "kubeconfigs"
-    assert path.name == f"{digest}.yaml" and path.read_text() == KUBECONFIG
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert target.kubeconfig == KUBECONFIG  # passed through: the core resolves it
+    reference = "kubeconfig-sha256:" + hashlib.sha256(KUBECONFIG.encode()).hexdigest()
+    assert target.to_dict()["kubeconfig"] == reference
     assert "very-secret-token" not in target.to_json() + repr(target)
-    assert KineticConfig.load("with-kubeconfig").to_target().kubeconfig == str(path)
 
     # A task using the block (local backend: the kubeconfig is carried, not used).
     add = kinetic_task(fns.add, config="with-kubeconfig", log_interval=0.3)
@@ -88,10 +97,12 @@ def test_kubeconfig_content_is_a_private_file_never_persisted_or_logged(
     assert state.result() == 3
     (job,) = kc.list_jobs()
     handle_json = Path(kinetic_storage[len("file://") :]) / f"jobs/{job.job_id}/handle.json"
-    assert str(path) in handle_json.read_text()  # the handle names the file...
-    assert "very-secret-token" not in handle_json.read_text()  # ...never its content
+    assert reference in handle_json.read_text()  # the handle names the content...
+    assert "very-secret-token" not in handle_json.read_text()  # ...never holds it
     logs = "\n".join(flow_run_logs(state.state_details.flow_run_id))
     assert "very-secret-token" not in logs
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written and not any(b"very-secret-token" in p.read_bytes() for p in written)
 
 
 def test_kubeconfig_path_and_content_together_or_empty_content_are_config_errors() -> None:

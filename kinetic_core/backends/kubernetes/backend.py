@@ -22,6 +22,7 @@ from kinetic_core.backends.kubernetes.manifest import (
     secret_manifest,
     valid_labels,
 )
+from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
 from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
 from kinetic_core.config import Target
 from kinetic_core.errors import BackendError, ConfigError, SubmissionError
@@ -48,6 +49,11 @@ class KubernetesBackend:
         return f"kubernetes:{self.client.where}/{self.namespace}"
 
     # ---- launch -------------------------------------------------------------------------
+    def check_launch(self, spec: LaunchSpec) -> None:
+        """Build the Job without sending it: a bad pod option or template raises ConfigError
+        before the submission writes anything."""
+        job_manifest(spec, self.namespace)
+
     def launch(self, spec: LaunchSpec) -> None:
         """Create the Job (idempotent: an existing Job for this id counts as launched)."""
         self.create_job(spec)
@@ -145,6 +151,8 @@ class KubernetesBackend:
         return pods[-1]["metadata"]["name"] if pods else None
 
     def _log(self, job_id: str, **query: Any) -> str:
+        """The kinetic container's log (a pod may hold sidecars)."""
+        query["container"] = KINETIC_CONTAINER
         pod = self._pod_name(job_id)
         if pod is None:
             return ""

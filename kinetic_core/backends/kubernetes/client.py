@@ -31,6 +31,7 @@ import urllib3
 
 from kinetic_core.config import Target
 from kinetic_core.errors import BackendError, ConfigError, KineticError
+from kinetic_core.kube_credentials import is_reference, kubeconfig_content
 from kinetic_core.retrying import transient_retry
 
 USER_AGENT = "kinetic-workflows/0.1.0"
@@ -152,6 +153,25 @@ class _Counter:
         return self._stats
 
 
+def _parse_kubeconfig(content: str) -> dict[str, Any]:
+    """The kubeconfig content as a dict; a ConfigError that quotes none of it (it is secret)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(content)
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        at = f" (line {line + 1})" if line is not None else ""
+        raise ConfigError(
+            f"The kubeconfig content is not valid YAML{at}: paste the whole kubeconfig file."
+        ) from None
+    if not isinstance(data, dict) or "clusters" not in data:
+        raise ConfigError(
+            "The kubeconfig content is not a kubeconfig (no 'clusters'): paste the whole file."
+        )
+    return data
+
+
 class KubeClient:
     """One namespace of one cluster (kubeconfig context or in-cluster), loaded lazily."""
 
@@ -180,21 +200,33 @@ class KubeClient:
                         cfg = client.Configuration()
                         config.load_incluster_config(client_configuration=cfg)
                         self._api = client.ApiClient(cfg)
+                    elif (content := kubeconfig_content(self.kubeconfig)) is not None:
+                        self._api = config.new_client_from_config_dict(
+                            _parse_kubeconfig(content), context=self.context
+                        )
                     else:  # KUBECONFIG read now, not when the client module was imported
                         default = os.environ.get("KUBECONFIG", "~/.kube/config")
+                        path = self.kubeconfig
+                        if path is None or is_reference(path):  # content this process never saw
+                            path = default.split(os.pathsep)[0]
                         self._api = config.new_client_from_config(
-                            config_file=os.path.expanduser(
-                                self.kubeconfig or default.split(os.pathsep)[0]
-                            ),
-                            context=self.context,
+                            config_file=os.path.expanduser(path), context=self.context
                         )
                     self._api.user_agent = USER_AGENT
+                except ConfigError:
+                    raise
                 except Exception as exc:
                     where = "in-cluster" if self.in_cluster else f"context {self.where}"
                     raise ConfigError(
                         f"Cannot load Kubernetes credentials ({where}): {exc}. "
                         "Check kubeconfig (or KUBECONFIG) and kube_context, or set in_cluster=True "
                         "inside a pod."
+                        + (
+                            " (This job was submitted with kubeconfig content this process has "
+                            "not seen: give it the same connection or block, or set KUBECONFIG.)"
+                            if is_reference(self.kubeconfig)
+                            else ""
+                        )
                     ) from exc
             return self._api
 

@@ -2,8 +2,9 @@
 
 Jobs are named deterministically from the job id and labelled ``app=kinetic`` and
 ``kinetic/job-id``; ``backoffLimit: 0`` because retries belong to the orchestrator;
-``activeDeadlineSeconds`` comes from ``life_span``. The signing key reaches the runner
-through the Secret, never through the Job spec.
+``activeDeadlineSeconds`` comes from ``active_deadline`` or ``life_span``. The signing key
+reaches the runner through the Secret, never through the Job spec. The pod options of the
+Target and its ``pod_template`` are translated in ``pod_spec.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ from typing import Any
 
 from kinetic_core.backends import LaunchSpec
 from kinetic_core.backends.kubernetes.accelerators import accelerator_spec
+from kinetic_core.backends.kubernetes.pod_spec import (
+    KINETIC_CONTAINER,
+    container_options,
+    load_pod_template,
+    merge_pod_template,
+    pod_env,
+    pod_spec_options,
+)
+from kinetic_core.envvars import literal_env
 
 DEFAULT_IMAGE = "kinetic-workflows-runner:0.1.0"
 TTL_AFTER_FINISHED = 24 * 3600
@@ -67,7 +77,11 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
         "app": "kinetic",
         "kinetic/job-id": spec.job_id,
     }
-    env: list[dict[str, Any]] = [{"name": "KINETIC_JOB_ID", "value": spec.job_id}]
+    env: list[dict[str, Any]] = [
+        *({"name": k, "value": v} for k, v in literal_env(t.env).items()),
+        *pod_env(t),
+        {"name": "KINETIC_JOB_ID", "value": spec.job_id},
+    ]
     if t.signing_key:
         env.append(
             {
@@ -80,11 +94,12 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
     if t.project:
         env.append({"name": "GOOGLE_CLOUD_PROJECT", "value": t.project})
     container: dict[str, Any] = {
-        "name": "runner",
-        "image": t.image or DEFAULT_IMAGE,
+        "name": KINETIC_CONTAINER,
+        **({"image": t.image} if t.image else {}),
         "command": ["python", *spec.runner_args()],
         "env": env,
         "resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v},
+        **container_options(t),
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -92,14 +107,25 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
         **({"nodeSelector": selector} if selector else {}),
         **({"tolerations": tolerations} if tolerations else {}),
         **({"serviceAccountName": t.service_account} if t.service_account else {}),
+        **pod_spec_options(t),
+    }
+    template_meta, pod_spec = merge_pod_template(pod_spec, load_pod_template(t.pod_template))
+    pod_spec["containers"][0].setdefault("image", DEFAULT_IMAGE)
+    pod_labels = {**template_meta.get("labels", {}), **labels}
+    pod_meta = {
+        "labels": pod_labels,
+        **({"annotations": template_meta["annotations"]} if "annotations" in template_meta else {}),
     }
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
-        "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
-        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        "ttlSecondsAfterFinished": (
+            TTL_AFTER_FINISHED if t.ttl_after_finished is None else t.ttl_after_finished
+        ),
+        "template": {"metadata": pod_meta, "spec": pod_spec},
     }
-    if t.life_span:
-        job_spec["activeDeadlineSeconds"] = math.ceil(t.life_span)
+    deadline = t.active_deadline or t.life_span
+    if deadline:
+        job_spec["activeDeadlineSeconds"] = math.ceil(deadline)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

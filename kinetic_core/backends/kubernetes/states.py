@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 from kinetic_core.backends import BackendState
+from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
 
 
 def _ts(value: str | None) -> float | None:
@@ -107,6 +108,16 @@ def disrupted(pod_status: dict[str, Any]) -> str | None:
     return None
 
 
+def kinetic_container_status(pod_status: dict[str, Any]) -> dict[str, Any]:
+    """The status of the container that runs the job (sidecars' do not count); the
+    kubelet lists containers by name, so position says nothing."""
+    statuses = pod_status.get("containerStatuses") or []
+    for status in statuses:
+        if status.get("name") == KINETIC_CONTAINER:
+            return dict(status)
+    return dict(statuses[0]) if len(statuses) == 1 else {}
+
+
 def job_state(
     job: dict[str, Any] | None,
     pods: list[dict[str, Any]],
@@ -123,7 +134,7 @@ def job_state(
     pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", "")) if pods else None
     pod_status = (pod or {}).get("status", {})
     started = _ts(status.get("startTime"))
-    cstatus = (pod_status.get("containerStatuses") or [{}])[0]
+    cstatus = kinetic_container_status(pod_status)
     terminated = cstatus.get("state", {}).get("terminated") or {}
     waiting = cstatus.get("state", {}).get("waiting") or {}
     exit_code = terminated.get("exitCode")

@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
@@ -205,6 +206,19 @@ class Kube:
 
 
 @dataclass
+class ContainerRun:
+    """A container after a pod's first (a sidecar): its process, log and final state."""
+
+    container: str
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: str = ""
+    exit_code: int | None = None
+    reason: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
 class PodRun:
     """A pod's local process and its log file."""
 
@@ -216,6 +230,7 @@ class PodRun:
     node: str = ""
     proc: subprocess.Popen[bytes] | None = None
     started_at: str = ""
+    extras: list[ContainerRun] = field(default_factory=list)  # containers after the first
     done: threading.Event = field(default_factory=threading.Event)
     deleting: bool = False
     lost: bool = False  # its node was lost: the process died with nothing reported
@@ -412,6 +427,7 @@ class Agent:
         threading.Thread(target=self._run_pod, args=(run, pod), daemon=True).start()
 
     def _patch_status(self, run: PodRun, status: dict[str, Any]) -> None:
+        status = self._with_extra_containers(run, status)
         try:
             path = f"/api/v1/namespaces/{run.namespace}/pods/{run.name}/status"
             self.kube.patch(path, {"status": status})
@@ -479,6 +495,7 @@ class Agent:
                 start_new_session=True,
             )
             (self.pid_dir / run.uid).write_text(str(run.proc.pid))
+            self._start_extra_containers(run, pod)
         run.started_at = now_rfc3339()
         log.info("pod %s/%s started pid %d: %s", run.namespace, run.name, run.proc.pid, argv)
         pump = threading.Thread(target=self._pump, args=(run,), daemon=True)
@@ -498,6 +515,7 @@ class Agent:
         )
         code = run.proc.wait()
         pump.join()
+        self._wait_extra_containers(run, pod, code)
         with contextlib.suppress(FileNotFoundError):
             (self.pid_dir / run.uid).unlink()
         code = 128 - code if code < 0 else code  # killed by signal N -> 128+N
@@ -600,8 +618,10 @@ class Agent:
             for line in iter(run.proc.stdout.readline, b""):
                 out.write(now_nano().encode() + b" " + line)
 
-    def _command(self, pod: dict[str, Any]) -> tuple[list[str], dict[str, str], str | None]:
-        container = pod["spec"]["containers"][0]
+    def _command(
+        self, pod: dict[str, Any], container: dict[str, Any] | None = None
+    ) -> tuple[list[str], dict[str, str], str | None]:
+        container = container or pod["spec"]["containers"][0]
         env = dict(os.environ)
         for item in container.get("envFrom") or []:
             env.update(self._env_from(pod["metadata"]["namespace"], item))
@@ -611,6 +631,7 @@ class Agent:
         if not argv:
             raise ValueError("container has no command/args (images are not run)")
         argv = [_VAR_REF.sub(lambda m: _expand(m, env), a) for a in argv]
+        argv = self._with_mounts(pod, container, env, argv)
         if _PYTHON.match(os.path.basename(argv[0])):
             argv[0] = sys.executable
         cwd = container.get("workingDir") or None
@@ -667,6 +688,7 @@ class Agent:
         self._finalize(pod)
 
     def _kill(self, run: PodRun, grace: float) -> None:
+        self._kill_extra_containers(run, grace)
         proc = run.proc
         if proc is None or proc.poll() is not None:
             return
@@ -690,6 +712,7 @@ class Agent:
         except KubeError as exc:
             if exc.status not in (404, 409):
                 log.warning("final delete of %s failed: %s", meta["name"], exc)
+        shutil.rmtree(self.state_dir / "volumes" / meta["uid"], ignore_errors=True)
         with self.lock:
             run = self.runs.pop(meta["uid"], None)
             if run is not None and self.by_name.get((run.namespace, run.name)) is run:
@@ -745,6 +768,159 @@ class Agent:
                 self.handle(pod)
         return "ok"
 
+    # ---- more containers and volumes -------------------------------------------------------
+
+    def _start_extra_containers(self, run: PodRun, pod: dict[str, Any]) -> None:
+        """Start every container after the first, each in its own process group."""
+        for spec in pod["spec"]["containers"][1:]:
+            extra = ContainerRun(spec["name"], run.log_path.with_name(f"log.{spec['name']}"))
+            run.extras.append(extra)
+            extra.started_at = now_rfc3339()
+            try:
+                argv, env, cwd = self._command(pod, spec)
+                extra.proc = subprocess.Popen(
+                    argv,
+                    env=env,
+                    cwd=cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except Exception as exc:
+                log.warning("pod %s/%s container %s cannot run: %s", run.name, run.uid, spec, exc)
+                extra.log_path.write_text(f"{now_nano()} {exc}\n")
+                extra.exit_code, extra.reason = 128, "ContainerCannotRun"
+                extra.done.set()
+                continue
+            (self.pid_dir / f"{run.uid}.{extra.container}").write_text(str(extra.proc.pid))
+            threading.Thread(target=self._follow_extra, args=(run, extra), daemon=True).start()
+
+    def _follow_extra(self, run: PodRun, extra: ContainerRun) -> None:
+        assert extra.proc is not None
+        self._pump(extra)  # type: ignore[arg-type]  # same fields as a PodRun's
+        code = extra.proc.wait()
+        extra.exit_code = 128 - code if code < 0 else code
+        extra.reason = "Completed" if extra.exit_code == 0 else "Error"
+        with contextlib.suppress(FileNotFoundError):
+            (self.pid_dir / f"{run.uid}.{extra.container}").unlink()
+        extra.done.set()
+
+    def _wait_extra_containers(self, run: PodRun, pod: dict[str, Any], code: int) -> None:
+        """The first container ended: while others run the pod stays Running (as on a
+        real node, where a sidecar that never ends keeps the Job from completing)."""
+        if all(e.done.is_set() for e in run.extras):
+            return
+        state = {
+            "terminated": {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "startedAt": run.started_at,
+                "finishedAt": now_rfc3339(),
+            }
+        }
+        with contextlib.suppress(KubeError):
+            status = {
+                "phase": "Running",
+                "containerStatuses": [self._container_status(run, pod, state)],
+            }
+            self._patch_status(run, status)
+        for extra in run.extras:
+            extra.done.wait()
+
+    def _with_extra_containers(self, run: PodRun, status: dict[str, Any]) -> dict[str, Any]:
+        """``status`` with the other containers' statuses added, and a final phase that
+        counts their exit codes (Failed if any failed)."""
+        if not run.extras or "containerStatuses" not in status:
+            return status
+        statuses = list(status["containerStatuses"])
+        for extra in run.extras:
+            if extra.done.is_set():
+                state: dict[str, Any] = {
+                    "terminated": {
+                        "exitCode": extra.exit_code,
+                        "reason": extra.reason,
+                        "startedAt": extra.started_at,
+                        "finishedAt": now_rfc3339(),
+                    }
+                }
+            elif extra.proc is not None:
+                state = {"running": {"startedAt": extra.started_at}}
+            else:
+                state = {"waiting": {"reason": "ContainerCreating"}}
+            statuses.append(
+                {
+                    "name": extra.container,
+                    "image": "",
+                    "imageID": "",
+                    "containerID": f"local://{extra.proc.pid}" if extra.proc else "",
+                    "ready": "running" in state,
+                    "started": "running" in state,
+                    "restartCount": 0,
+                    "state": state,
+                }
+            )
+        failed = any(e.done.is_set() and e.exit_code for e in run.extras)
+        phase = "Failed" if status.get("phase") == "Succeeded" and failed else status.get("phase")
+        return {**status, "containerStatuses": statuses, **({"phase": phase} if phase else {})}
+
+    def _kill_extra_containers(self, run: PodRun, grace: float) -> None:
+        alive = [e.proc for e in run.extras if e.proc is not None and e.proc.poll() is None]
+        for proc in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in alive:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(grace, 0))
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def _volume_dirs(self, pod: dict[str, Any]) -> dict[str, str]:
+        """Each pod volume as a local folder: emptyDir (and medium Memory) a per-pod folder,
+        hostPath itself, a Secret's or ConfigMap's keys as files, a PVC a per-claim folder."""
+        ns, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
+        root = self.state_dir / "volumes" / uid
+        folders: dict[str, str] = {}
+        for volume in pod["spec"].get("volumes") or []:
+            name = volume["name"]
+            if "hostPath" in volume:
+                folders[name] = volume["hostPath"]["path"]
+                continue
+            if "persistentVolumeClaim" in volume:  # outlives the pod, shared by claim name
+                claim = volume["persistentVolumeClaim"]["claimName"]
+                folder = self.state_dir / "claims" / ns / claim
+            else:
+                folder = root / name
+            folder.mkdir(parents=True, exist_ok=True)
+            files: dict[str, bytes] = {}
+            if "secret" in volume:
+                data = self._read(ns, "secrets", volume["secret"]["secretName"])
+                files = {k: base64.b64decode(v) for k, v in data.items()}
+            elif "configMap" in volume:
+                data = self._read(ns, "configmaps", volume["configMap"]["name"])
+                files = {k: v.encode() for k, v in data.items()}
+            for key, content in files.items():
+                (folder / key).write_bytes(content)
+            folders[name] = str(folder)
+        return folders
+
+    def _with_mounts(
+        self, pod: dict[str, Any], container: dict[str, Any], env: dict[str, str], argv: list[str]
+    ) -> list[str]:
+        """Map the container's mount paths to local folders: exposed in NODE_AGENT_MOUNTS
+        ({mountPath: folder}) and rewritten where an env value or argument starts with one."""
+        mounts = container.get("volumeMounts") or []
+        if not mounts:
+            return argv
+        folders = self._volume_dirs(pod)
+        mapping = {
+            m["mountPath"]: os.path.join(folders[m["name"]], m.get("subPath", "")) for m in mounts
+        }
+        env["NODE_AGENT_MOUNTS"] = json.dumps(mapping)
+        for key, value in list(env.items()):
+            env[key] = _rewrite_path(value, mapping)
+        return [_rewrite_path(a, mapping) for a in argv]
+
     def shutdown(self) -> None:
         """Kill every pod process (process groups), so nothing outlives the agent."""
         self.stopping.set()
@@ -780,6 +956,21 @@ CONTROL_ACTIONS: dict[str, Any] = {
     "lose-node": lambda agent, node: agent.lose_node(node),
     "restore-node": lambda agent, node: agent.restore_node(node),
 }
+
+
+def _rewrite_path(value: str, mapping: dict[str, str]) -> str:
+    """``value`` with a leading mount path replaced by its local folder."""
+    for mount, folder in sorted(mapping.items(), key=lambda kv: -len(kv[0])):
+        if value == mount or value.startswith(mount.rstrip("/") + "/"):
+            return folder.rstrip("/") + value[len(mount.rstrip("/")) :]
+    return value
+
+
+def _container_run(run: PodRun | None, container: str) -> PodRun | ContainerRun | None:
+    """The run serving ``container``'s log: the pod's first container or another one."""
+    if run is None:
+        return None
+    return next((e for e in run.extras if e.container == container), run)
 
 
 def _expand(match: re.Match[str], env: dict[str, str]) -> str:
@@ -818,7 +1009,7 @@ class LogHandler(BaseHTTPRequestHandler):
         if len(parts) != 4 or parts[0] != "containerLogs":
             return self._error(404, f"not found: {url.path}")
         _, namespace, pod, container = parts
-        run = self.agent.by_name.get((namespace, pod))
+        run = _container_run(self.agent.by_name.get((namespace, pod)), container)
         if run is None or run.container != container or not run.log_path.exists():
             if run is not None and run.container != container:
                 return self._error(400, f"container {container} is not run by the test agent")
