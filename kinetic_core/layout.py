@@ -14,6 +14,7 @@ keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
 batches/{group_id}/state/{marker}         create-only markers and the submitter heartbeat
+batches/{group_id}/launches/{seq}.json    the launch ledger: one create-only ticket per launch
 outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR)
 ```
 
@@ -48,6 +49,7 @@ ENVELOPES = (PAYLOAD, RESULT)
 SUBMISSION_COMPLETE = "submission_complete"
 CANCEL_REQUESTED = "cancel_requested"
 SUBMITTER = "submitter.json"
+FAILED_FAST = "failed_fast"  # fail_fast stopped the batch (a child failed for good)
 
 
 def job_dir(job_id: str) -> str:
@@ -92,3 +94,11 @@ def output_dir(storage_uri: str, job_id: str) -> str:
     if storage_uri.startswith("file://"):
         return os.path.join(storage_uri[len("file://") :], OUTPUTS, job_id)
     return f"{storage_uri}/{outputs(job_id)}"
+
+
+def launches(group_id: str) -> str:
+    return f"{BATCHES}/{group_id}/launches"
+
+
+def launch_ticket(group_id: str, seq: int) -> str:
+    return f"{BATCHES}/{group_id}/launches/{seq}.json"

@@ -7,7 +7,6 @@ async drivers share one ``Tracker`` and differ only in how they wait between tic
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -20,7 +19,7 @@ from kinetic_core.batch.records import BatchRecords, child_key, unsubmitted_stat
 from kinetic_core.batch.tracker import BatchProgress, Tracker, index_of
 from kinetic_core.errors import BatchError
 from kinetic_core.jobs import JobHandle
-from kinetic_core.polling import Deadline, Until, in_thread, poll_ticks, shared_poller
+from kinetic_core.polling import Until, apoll_ticks, in_thread, poll_ticks
 from kinetic_core.states import ChildStatus, JobState, JobStatus, timestamp
 from kinetic_core.status import resolve_states
 
@@ -113,8 +112,8 @@ class BatchHandle:
 
     @property
     def submission_abandoned(self) -> bool:
-        """The submitter stopped (killed, crashed) before submitting every child."""
-        return self.records.submission_abandoned
+        """Always False: once ``submit_map`` returned, no child depends on its process."""
+        return False
 
     @property
     def submission_failures(self) -> dict[int, BaseException]:
@@ -187,16 +186,13 @@ class BatchHandle:
 
     # ---- waiting: one tracker, a sync and an async driver --------------------------------
     def _ticks(self, timeout: float | None) -> Iterator[tuple[Tracker, list[int], bool]]:
-        """Sync driver. Per tick, one bulk poll of the pending children; yields the tracker,
-        the inputs that became final, and whether the batch is done (the last tick)."""
-        tracker = Tracker(self.records, self.retries)
+        """Sync driver. Per tick, one driver step (one bulk poll of the unfinished
+        children); yields the tracker, the inputs that became final, and whether the
+        batch is done (the last tick)."""
+        tracker = Tracker(self.records)
         limit = self.poll_timeout if timeout is None else timeout
-        # No early wake-ups here (unlike JobHandle.wait): a batch polls once per interval.
         for _ in poll_ticks(interval=tracker.interval, timeout=limit, describe=tracker.describe):
-            pending = tracker.pending()
-            states = resolve_states(pending) if pending else []
-            newly = tracker.settle(zip(pending, states, strict=True))
-            done = tracker.done()
+            newly, done = tracker.tick()
             yield tracker, newly, done
             if done:
                 return
@@ -204,41 +200,16 @@ class BatchHandle:
     async def _aticks(
         self, timeout: float | None
     ) -> AsyncIterator[tuple[Tracker, list[int], bool]]:
-        """Async driver, same yields: children wait in the shared poller; a tick ends when
-        one of them finishes or after the interval."""
-        tracker = Tracker(self.records, self.retries)
-        poller = shared_poller()
-        waits: dict[str, asyncio.Task[JobState]] = {}
-        deadline = Deadline(self.poll_timeout if timeout is None else timeout, tracker.describe)
-        try:
-            while True:
-                pending = await asyncio.to_thread(tracker.pending)
-                for handle in pending:
-                    if handle.job_id not in waits:
-                        waits[handle.job_id] = asyncio.ensure_future(poller.wait(handle))
-                by_id = {h.job_id: h for h in pending}
-                observed = [(by_id[j], t.result()) for j, t in waits.items() if t.done()]
-                for job_id in [h.job_id for h, _ in observed]:
-                    del waits[job_id]
-                observed += [
-                    (h, poller.latest[h.job_id])
-                    for h in pending
-                    if h.job_id in waits and h.job_id in poller.latest
-                ]
-                newly = await asyncio.to_thread(tracker.settle, observed)
-                done = await asyncio.to_thread(tracker.done)
-                yield tracker, newly, done
-                if done:
-                    return
-                delay = deadline.clip(tracker.interval)
-                live = [t for t in waits.values() if not t.done()]
-                if live:
-                    await asyncio.wait(live, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
-                else:
-                    await asyncio.sleep(delay)
-        finally:
-            for t in waits.values():
-                t.cancel()
+        """Async driver, same yields: the same step, one round of I/O in a worker thread."""
+        tracker = Tracker(self.records)
+        limit = self.poll_timeout if timeout is None else timeout
+        async for _ in apoll_ticks(
+            interval=tracker.interval, timeout=limit, describe=tracker.describe
+        ):
+            newly, done = await in_thread(tracker.tick)()
+            yield tracker, newly, done
+            if done:
+                return
 
     def as_completed(self, timeout: float | None = None) -> Iterator[JobHandle]:
         """Children as they finish (after their retries), while later ones are still submitted."""
@@ -363,6 +334,5 @@ class BatchHandle:
     acleanup = in_thread(cleanup)
 
     def wait_submitted(self, timeout: float | None = None) -> None:
-        """Block until this process's background submitter has launched every child."""
-        if self.records.submitter is not None:
-            self.records.submitter.join(timeout)
+        """Nothing to wait for: ``submit_map`` returns once every child's call is staged
+        and the batch is registered (kept for callers of earlier versions)."""
