@@ -49,6 +49,7 @@ ENVELOPES = (PAYLOAD, RESULT)
 SUBMISSION_COMPLETE = "submission_complete"
 CANCEL_REQUESTED = "cancel_requested"
 SUBMITTER = "submitter.json"
+ROUND_PREFIX = "round-"  # round-{n}: a keyed resubmission reopened a batch that failed
 FAILED_FAST = "failed_fast"  # fail_fast stopped the batch (a child failed for good)
 
 
@@ -79,6 +80,10 @@ def children(group_id: str) -> str:
 
 def child(group_id: str, index: int) -> str:
     return f"{BATCHES}/{group_id}/children/{index}.json"
+
+
+def batch_states(group_id: str) -> str:
+    return f"{BATCHES}/{group_id}/state"
 
 
 def batch_state(group_id: str, name: str) -> str:

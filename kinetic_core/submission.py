@@ -135,9 +135,7 @@ def prepare(
     return _Submission(resolved, call, _by_value_modules(fn, resolved), job_name, all_tags)
 
 
-def launch_staged(
-    handle: JobHandle, *, python_path: list[str], workdir: str | None
-) -> JobHandle:
+def launch_staged(handle: JobHandle, *, python_path: list[str], workdir: str | None) -> JobHandle:
     """Launch a job whose call was staged earlier (``_Submission.stage``): create its
     ``handle.json`` (create-only; another launcher may have created it) and launch it.
     Idempotent: a backend launches a job id once, so racing launchers start it once."""

@@ -35,7 +35,7 @@ from kinetic_core.status import resolve_states
 from kinetic_core.storage import open_storage
 from kinetic_core.submission import _Submission, launch_staged
 
-DRIVER_KEY = "batch-driver/{group_id}"
+DRIVER_KEY = "batch-driver/{group_id}/{round}"
 # What a driver job asks of its backend: the batch's target without the children's
 # accelerators and resources (it only launches and watches).
 DRIVER_DROPS = ("accelerator", "resources", "spot", "node_selector", "tolerations")
@@ -65,6 +65,7 @@ class Driver:
         self.python_path: list[str] = m.get("python_path") or []
         self.workdir: str | None = m.get("workdir")
         self.final: dict[str, JobState] = {}  # terminal states by job id: they never change
+        self.rounds = 0  # keyed resubmissions of a finished batch: each allows new attempts
 
     def interval(self) -> float:
         target = self.records.manifest["target"]
@@ -73,6 +74,7 @@ class Driver:
     def step(self) -> StepResult:
         records = self.records
         records.read_ledger()
+        self.rounds = records.rounds()
         failures = records.submission_failures()
         latest = records.latest_tickets()
         jobs = {i: records.handle_for(t) for i, t in latest.items()}
@@ -87,8 +89,13 @@ class Driver:
                 self._launch(latest[i])  # its launcher may have died: launching is idempotent
         result = StepResult(jobs, states, failures)
         cancelled = records.marker(layout.CANCEL_REQUESTED)
-        if self.fail_fast and not cancelled and any(
-            s.status is JobStatus.FAILED and not self._retryable(i, s) for i, s in states.items()
+        if (
+            self.fail_fast
+            and not cancelled
+            and any(
+                s.status is JobStatus.FAILED and not self._retryable(i, s)
+                for i, s in states.items()
+            )
         ):
             records.set_marker(layout.FAILED_FAST)
             records.set_marker(layout.CANCEL_REQUESTED)
@@ -104,7 +111,8 @@ class Driver:
         return result
 
     def _retryable(self, index: int, state: JobState) -> bool:
-        return state.status is JobStatus.FAILED and state.attempt <= self.retries
+        allowed = (self.retries + 1) * (self.rounds + 1)
+        return state.status is JobStatus.FAILED and state.attempt < allowed
 
     def is_final(self, index: int, state: JobState, cancelled: bool) -> bool:
         """Terminal, and no further attempt will follow (none left, or the batch stopped)."""
@@ -116,8 +124,12 @@ class Driver:
         """Take tickets while slots are free: retries of failed children first, then the
         next inputs in order. Stops at the first ticket another driver took."""
         running = sum(1 for i in latest if not states.get(i, _PENDING).terminal)
-        wanted = [(i, latest[i].attempt + 1) for i in sorted(latest) if self._retryable_now(i, states)]
-        wanted += [(i, 1) for i in range(self.records.total) if i not in latest and i not in failures]
+        wanted = [
+            (i, latest[i].attempt + 1) for i in sorted(latest) if self._retryable_now(i, states)
+        ]
+        wanted += [
+            (i, 1) for i in range(self.records.total) if i not in latest and i not in failures
+        ]
         launched: list[int] = []
         for index, attempt in wanted:
             if running >= self.limit or self.records.marker(layout.CANCEL_REQUESTED):

@@ -15,7 +15,7 @@ import cloudpickle
 from kinetic_core import layout
 from kinetic_core.batch.handle import DEFAULT_POLL_TIMEOUT, BatchHandle
 from kinetic_core.batch.records import read_manifest
-from kinetic_core.batch.stager import stage_children, start_driver
+from kinetic_core.batch.stager import reopen_if_failed, stage_children, start_driver
 from kinetic_core.config import Target, validate_tags
 from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
 from kinetic_core.ids import key_digest, new_id, validate_id
@@ -139,6 +139,8 @@ def submit_map(
     batch = BatchHandle(manifest, signing_key=resolved.signing_key)
     batch.reattached = manifest["created_at"] != created_at
     if not (batch.reattached and batch.cancel_requested):
+        if batch.reattached:
+            reopen_if_failed(batch.records)
         stage_children(batch.records, fn, calls, resolved, batch_name)
         start_driver(batch.records, resolved)
     return batch

@@ -106,6 +106,20 @@ class BatchRecords:
         except FileExistsError:
             pass
 
+    def rounds(self) -> int:
+        """How many keyed resubmissions reopened the batch after it ended with failures."""
+        names = self.storage.list_names(layout.batch_states(self.group_id))
+        return sum(1 for n in names if n.startswith(layout.ROUND_PREFIX))
+
+    def open_round(self, number: int) -> None:
+        self.set_marker(f"{layout.ROUND_PREFIX}{number}")
+
+    def clear_error(self, index: int) -> None:
+        """A resubmission staged the call that could not be staged before."""
+        self.errors.pop(index, None)
+        self.stage_errors.pop(index, None)
+        self.storage.delete(layout.child(self.group_id, index))
+
     # ---- staging errors -----------------------------------------------------------------
     def save_error(self, index: int, exc: BaseException) -> None:
         self.errors[index] = exc
@@ -250,7 +264,7 @@ class BatchRecords:
             )
             for i in range(self.total):
                 if i not in launched and i not in failures:
-                    failures[i] = JobCancelled(f"Child {i} was not launched: {why}.")
+                    failures[i] = JobCancelled(f"Child {i} was not submitted: {why}.")
         return dict(sorted(failures.items()))
 
 
