@@ -103,7 +103,7 @@ def submit(
     """
     plan = prepare(fn, args, kwargs, target=target, name=name, tags=tags)
     if idempotency_key is None:
-        return plan.create(new_id(job_name), attempt=1, key=None)
+        return plan.create(new_id(plan.name), attempt=1, key=None)
     if not isinstance(idempotency_key, str) or not idempotency_key:
         raise ConfigError("idempotency_key must be a non-empty string.")
     return plan.submit_keyed(idempotency_key, reuse_succeeded)

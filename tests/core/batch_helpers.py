@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 GATE_LIMIT = 120.0  # a gated child never outlives a broken test by much
@@ -89,9 +90,7 @@ def most_seen(slots: str) -> int:
     folder = os.path.dirname(slots) or "."
     prefix = os.path.basename(slots) + ".seen-"
     seen = [
-        int(open(os.path.join(folder, n)).read() or 0)
-        for n in os.listdir(folder)
-        if n.startswith(prefix)
+        int(Path(folder, n).read_text() or 0) for n in os.listdir(folder) if n.startswith(prefix)
     ]
     return max(seen, default=0)
 
