@@ -665,6 +665,37 @@ def test_cancelled_children_of_a_batch_whose_submitter_died_read_cancelled(
     assert final.counts == {kc.ChildStatus.CANCELLED: 6}
 
 
+@pytest.mark.timeout(180)
+def test_fail_fast_stops_the_batch_and_cancels_the_rest(store: Store) -> None:
+    """20 inputs, child 3 fails, max_concurrency=4: nothing is launched after the failure
+    was observed (within one poll interval), the rest read CANCELLED."""
+    slots = store.path("slots")
+    os.mkdir(slots)
+    target = kc.Target(storage=store.uri, poll_interval=0.5)
+    batch = kc.submit_map(
+        h.slotted,
+        [{"value": i, "slots": slots, "then_sleep": 3.0, "fail": 3} for i in range(20)],
+        target=target,
+        max_concurrency=4,
+        fail_fast=True,
+    )
+    statuses = wait_statuses(batch, 120)
+    assert statuses[3] == "FAILED"
+    others = [s for i, s in enumerate(statuses) if i != 3]
+    assert set(others) <= {"SUCCEEDED", "CANCELLED"}, statuses
+    assert others.count("CANCELLED") >= 20 - 4 - 4, statuses  # at most 4 more ran before 3 ended
+    observed = (store.batch_dir(batch.group_id) / "state" / "failed_fast").stat().st_mtime
+    late = [t for t in ledger(store, batch.group_id) if t["at"] > observed + 0.5]
+    assert late == [], f"children launched after the failure was observed: {late}"
+    assert h.most_seen(slots) <= 4
+    with pytest.raises(kc.BatchError) as info:
+        batch.results(cleanup=False, timeout=60)
+    err = info.value
+    assert 3 in [index_of(j) for j in err.failures]
+    assert all(isinstance(e, kc.JobCancelled) for e in err.submission_failures.values())
+    assert all("fail_fast" in str(e) for e in err.submission_failures.values())
+
+
 def cli_cancel(store: Store, group_id: str) -> None:
     """``kinetic batch cancel`` in its own process."""
     done = subprocess.run(
@@ -848,6 +879,10 @@ def test_async_aas_completed_and_aresults(store: Store) -> None:
 BAD_CALLS: dict[str, tuple[type[Exception], Callable[[kc.Target], Any]]] = {
     "empty inputs": (kc.ConfigError, lambda t: kc.submit_map(h.describe, [], target=t)),
     "string inputs": (kc.ConfigError, lambda t: kc.submit_map(h.describe, "abc", target=t)),
+    "fail_fast not a bool": (
+        kc.ConfigError,
+        lambda t: kc.submit_map(h.describe, [1], target=t, fail_fast="yes"),
+    ),
     "max_concurrency 0": (
         kc.ConfigError,
         lambda t: kc.submit_map(h.describe, [1], target=t, max_concurrency=0),
