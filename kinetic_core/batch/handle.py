@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from kinetic_core import layout
+from kinetic_core.batch.driver import StepResult
+from kinetic_core.batch.logtail import DEFAULT_LINES_PER_CHILD, BatchLogTail
 from kinetic_core.batch.records import BatchRecords, child_key, unsubmitted_status
 from kinetic_core.batch.tracker import BatchProgress, Tracker, index_of
 from kinetic_core.errors import BatchError
@@ -89,6 +91,18 @@ class BatchHandle:
         self.records = BatchRecords(manifest, signing_key)
         #: True when ``submit_map`` found this batch under its idempotency key (a retry).
         self.reattached = False
+        self._tracker: Tracker | None = None
+
+    @property
+    def last_step(self) -> StepResult:
+        """What the latest tick of a wait on this handle saw (launched children, states)."""
+        return self._tracker.last if self._tracker is not None else StepResult()
+
+    def log_tail(self, lines_per_child: int = DEFAULT_LINES_PER_CHILD) -> BatchLogTail:
+        """Children's new log lines, ``[child i]``-prefixed, read after each tick of a
+        wait on this handle (``progress``/``aprogress``): at most ``lines_per_child`` per
+        child per read."""
+        return BatchLogTail(self, lines_per_child)
 
     # ---- views --------------------------------------------------------------------------
     @property
@@ -189,7 +203,7 @@ class BatchHandle:
         """Sync driver. Per tick, one driver step (one bulk poll of the unfinished
         children); yields the tracker, the inputs that became final, and whether the
         batch is done (the last tick)."""
-        tracker = Tracker(self.records)
+        tracker = self._tracker = Tracker(self.records)
         limit = self.poll_timeout if timeout is None else timeout
         for _ in poll_ticks(interval=tracker.interval, timeout=limit, describe=tracker.describe):
             newly, done = tracker.tick()
@@ -201,7 +215,7 @@ class BatchHandle:
         self, timeout: float | None
     ) -> AsyncIterator[tuple[Tracker, list[int], bool]]:
         """Async driver, same yields: the same step, one round of I/O in a worker thread."""
-        tracker = Tracker(self.records)
+        tracker = self._tracker = Tracker(self.records)
         limit = self.poll_timeout if timeout is None else timeout
         async for _ in apoll_ticks(
             interval=tracker.interval, timeout=limit, describe=tracker.describe
