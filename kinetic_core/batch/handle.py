@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +29,22 @@ from kinetic_core.status import resolve_states
 DEFAULT_POLL_TIMEOUT = 24 * 3600.0  # an attached batch never waits forever by default
 
 Collected = tuple[int, Any, bool]  # (input index, value or exception, succeeded)
+
+
+REPORTED_CHILDREN = 10  # a BatchError reports this many failed children in full
+REPORT_LOG_LINES = 20
+
+
+def child_report(job: JobHandle, exc: BaseException) -> str:
+    """A failed child's remote exception (with its traceback) and the tail of its log."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+    try:
+        tail = job.logs(tail=REPORT_LOG_LINES).rstrip()
+    except Exception:
+        tail = ""
+    if tail:
+        text += f"\n--- last {REPORT_LOG_LINES} log lines of {job.job_id} ---\n{tail}"
+    return text
 
 
 @dataclass(frozen=True)
@@ -326,6 +343,11 @@ class BatchHandle:
                 ],
                 submission_failures=sub_failures,
                 total=self.total,
+                reports={
+                    i: child_report(j, by_index[i][0])
+                    for i in failed[:REPORTED_CHILDREN]
+                    if (j := jobs[i]) is not None
+                },
             )
         return [by_index[i][0] for i in order]
 

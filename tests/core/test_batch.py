@@ -692,6 +692,8 @@ def test_fail_fast_stops_the_batch_and_cancels_the_rest(store: Store) -> None:
         batch.results(cleanup=False, timeout=60)
     err = info.value
     assert 3 in [index_of(j) for j in err.failures]
+    assert "child 3 fails on purpose" in err.reports[3]  # the remote exception
+    assert 'raise RuntimeError(f"child {value} fails on purpose")' in err.reports[3]  # traceback
     assert all(isinstance(e, kc.JobCancelled) for e in err.submission_failures.values())
     assert all("fail_fast" in str(e) for e in err.submission_failures.values())
 

@@ -67,3 +67,12 @@ def wait_for_release(workdir: str, value: int) -> int:
     while not (folder / "release").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     return value * 2
+
+
+def say_or_fail(x: int) -> int:
+    """Prints a line; input 3 fails, the others take a while (a fail_fast batch stops)."""
+    print(f"child says {x}", flush=True)
+    if x == 3:
+        raise ValueError("three fails")
+    time.sleep(1.0)
+    return x
