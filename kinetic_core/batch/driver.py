@@ -36,6 +36,8 @@ from kinetic_core.storage import open_storage
 from kinetic_core.submission import _Submission, launch_staged
 
 DRIVER_KEY = "batch-driver/{group_id}/{round}"
+# Extra attempts for a child whose launch a dying driver left half-done (it never ran).
+RELAUNCHES = 3
 # What a driver job asks of its backend: the batch's target without the children's
 # accelerators and resources (it only launches and watches).
 DRIVER_DROPS = ("accelerator", "resources", "spot", "node_selector", "tolerations")
@@ -111,8 +113,12 @@ class Driver:
         return result
 
     def _retryable(self, index: int, state: JobState) -> bool:
+        if state.status is not JobStatus.FAILED:
+            return False
         allowed = (self.retries + 1) * (self.rounds + 1)
-        return state.status is JobStatus.FAILED and state.attempt < allowed
+        if never_ran(state):  # its launcher died mid-launch: not one of the child's tries
+            allowed += RELAUNCHES
+        return state.attempt < allowed
 
     def is_final(self, index: int, state: JobState, cancelled: bool) -> bool:
         """Terminal, and no further attempt will follow (none left, or the batch stopped)."""
@@ -193,6 +199,14 @@ class Driver:
 
 
 _PENDING = JobState(job_id="", status=JobStatus.PENDING)
+
+
+def never_ran(state: JobState) -> bool:
+    """The attempt failed before the function started: a driver died while launching it
+    (the local supervisor was never confirmed, or nothing was launched at all)."""
+    return state.reason == "Aborted" or (
+        state.reason == "Lost" and "never ran" in (state.message or "")
+    )
 
 
 def drive_batch(group_id: str, storage_uri: str) -> dict[str, Any]:
