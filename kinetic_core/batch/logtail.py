@@ -8,21 +8,26 @@ saying how many were skipped, so a chatty child cannot flood an orchestrator's t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from kinetic_core.batch.driver import StepResult
 from kinetic_core.logs import LogStream
 from kinetic_core.polling import in_thread
 
-if TYPE_CHECKING:
-    from kinetic_core.batch.handle import BatchHandle
-
 DEFAULT_LINES_PER_CHILD = 20
+
+
+class Watched(Protocol):
+    """What the tail needs of a batch handle: what its latest tick saw."""
+
+    @property
+    def last_step(self) -> StepResult: ...
 
 
 class BatchLogTail:
     """New log lines of a batch's children since the last ``read()``."""
 
-    def __init__(self, batch: BatchHandle, lines_per_child: int = DEFAULT_LINES_PER_CHILD) -> None:
+    def __init__(self, batch: Watched, lines_per_child: int = DEFAULT_LINES_PER_CHILD) -> None:
         self.batch = batch
         self.lines_per_child = max(0, int(lines_per_child))
         self._streams: dict[str, LogStream] = {}

@@ -95,6 +95,12 @@ def most_seen(slots: str) -> int:
     return max(seen, default=0)
 
 
+def chatty(value: int, lines: int) -> int:
+    for i in range(lines):
+        print(f"line {i} of {value}", flush=True)
+    return value
+
+
 def flaky(value: Any, marker_dir: str, always: bool = False) -> Any:
     """Fails on its first attempt per value, succeeds afterwards (never, with ``always``)."""
     if always:

@@ -698,6 +698,23 @@ def test_fail_fast_stops_the_batch_and_cancels_the_rest(store: Store) -> None:
     assert all("fail_fast" in str(e) for e in err.submission_failures.values())
 
 
+@pytest.mark.timeout(120)
+def test_log_tail_prefixes_child_lines_and_bounds_them_per_read(store: Store) -> None:
+    batch = kc.submit_map(h.chatty, [(i, 30) for i in range(3)], target=store.target)
+    tail = batch.log_tail(lines_per_child=5)
+    reads = []
+    for _ in batch.progress(timeout=90):
+        reads.append(tail.read())
+    lines = [line for read in reads for line in read]
+    for i in range(3):
+        mine = [line for read in reads for line in read if line.startswith(f"[child {i}] ")]
+        assert f"[child {i}] line 29 of {i}" in mine  # the last line always shows
+        for read in reads:  # at most 5 lines of a child per read, plus a skipped note
+            own = [line for line in read if line.startswith(f"[child {i}] line")]
+            assert len(own) <= 5
+    assert any("lines skipped" in line for line in lines)
+
+
 def cli_cancel(store: Store, group_id: str) -> None:
     """``kinetic batch cancel`` in its own process."""
     done = subprocess.run(
