@@ -135,10 +135,18 @@ def prepare(
     return _Submission(resolved, call, _by_value_modules(fn, resolved), job_name, all_tags)
 
 
-def launch_staged(handle: JobHandle, *, python_path: list[str], workdir: str | None) -> JobHandle:
+def launch_staged(
+    handle: JobHandle,
+    *,
+    python_path: list[str],
+    workdir: str | None,
+    record: JobHandle | None = None,
+) -> JobHandle:
     """Launch a job whose call was staged earlier (``_Submission.stage``): create its
     ``handle.json`` (create-only; another launcher may have created it) and launch it.
-    Idempotent: a backend launches a job id once, so racing launchers start it once."""
+    Idempotent: a backend launches a job id once, so racing launchers start it once.
+    ``record`` is what ``handle.json`` says when this process reaches the backend
+    differently from everyone else (a driver in a pod: in-cluster credentials)."""
     storage = open_storage(handle.storage)
     target = Target.from_stored(handle.target)
     target = replace(target, signing_key=handle.signing_key)
@@ -149,7 +157,9 @@ def launch_staged(handle: JobHandle, *, python_path: list[str], workdir: str | N
             marked.enter_context(submitting(handle.job_id))
         with contextlib.suppress(FileExistsError):
             storage.write_bytes(
-                layout.job_file(handle.job_id, layout.HANDLE), handle.record(), create_only=True
+                layout.job_file(handle.job_id, layout.HANDLE),
+                (record or handle).record(),
+                create_only=True,
             )
         try:
             backend.launch(

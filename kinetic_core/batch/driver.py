@@ -20,6 +20,7 @@ by ``submit_map`` and ending when every child is final.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -156,8 +157,9 @@ class Driver:
 
     def _launch(self, ticket: Ticket) -> None:
         handle = self.records.handle_for(ticket)
+        record = self.records.public_handle(ticket) if self.records.backend_overlay else None
         try:
-            launch_staged(handle, python_path=self.python_path, workdir=self.workdir)
+            launch_staged(handle, python_path=self.python_path, workdir=self.workdir, record=record)
         except KineticError:
             pass  # it reads Lost after the submit grace, then counts as a failed attempt
 
@@ -213,6 +215,7 @@ def drive_batch(group_id: str, storage_uri: str) -> dict[str, Any]:
     """Drive a batch to its end (the detached driver job's function). Returns counts."""
     storage = open_storage(storage_uri)
     records = BatchRecords(read_manifest(storage, group_id), os.environ.get("KINETIC_SIGNING_KEY"))
+    records.backend_overlay = pod_credentials(records.manifest["target"], os.environ)
     driver = Driver(records)
     result = StepResult()
     for _ in poll_ticks(interval=driver.interval(), timeout=None, describe=lambda: group_id):
@@ -223,6 +226,14 @@ def drive_batch(group_id: str, storage_uri: str) -> dict[str, Any]:
     for state in result.states.values():
         counts[state.status.value] = counts.get(state.status.value, 0) + 1
     return counts
+
+
+def pod_credentials(target: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """In a Kubernetes pod, the driver reaches the API with the pod's service account
+    (the submitter's kubeconfig is not there); elsewhere, as the batch's target says."""
+    if target.get("backend") == "kubernetes" and env.get("KUBERNETES_SERVICE_HOST"):
+        return {"in_cluster": True}
+    return {}
 
 
 def driver_target(target: dict[str, Any], signing_key: str | None) -> Target:

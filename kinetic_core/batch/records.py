@@ -52,6 +52,10 @@ class Ticket:
     at: float
 
 
+# Target options that say how to reach the backend (replaced by a backend overlay).
+BACKEND_ACCESS = ("in_cluster", "kubeconfig", "kube_context")
+
+
 def read_manifest(storage: Storage, group_id: str) -> dict[str, Any]:
     try:
         return json.loads(storage.read_bytes(layout.manifest(group_id)))
@@ -89,6 +93,9 @@ class BatchRecords:
         self.stage_errors: dict[int, dict[str, str]] = {}
         self.errors: dict[int, BaseException] = {}  # live staging exceptions of this process
         self.handles: dict[str, JobHandle] = {}
+        #: Target options this process uses to reach the backend, over the manifest's (a
+        #: driver in a pod uses the pod's credentials); never written into a handle.json.
+        self.backend_overlay: dict[str, Any] = {}
         self._errors_read = False
         self._lock = threading.Lock()
 
@@ -195,27 +202,35 @@ class BatchRecords:
 
     # ---- handles ------------------------------------------------------------------------
     def handle_for(self, ticket: Ticket) -> JobHandle:
-        """The job of a ticket, as staged: its clock starts when it was ticketed (a
-        queued child is not late for ``schedule_timeout`` while it waits for a slot)."""
+        """The job of a ticket, as this process reaches it (``backend_overlay``)."""
         job_id = child_job_id(self.group_id, ticket.index, ticket.attempt)
         if job_id not in self.handles:
-            m = self.manifest
-            self.handles[job_id] = JobHandle(
-                job_id=job_id,
-                storage=m["storage"],
-                target=m["target"],
-                name=m["name"],
-                created_at=ticket.at,
-                attempt=ticket.attempt,
-                idempotency_key=child_key(self.group_id, ticket.index),
-                tags={
-                    **m["tags"],
-                    "kinetic/group-id": self.group_id,
-                    "kinetic/index": str(ticket.index),
-                },
-                signing_key=self.signing_key,
-            )
+            public = self.public_handle(ticket)
+            if self.backend_overlay:
+                kept = {k: v for k, v in public.target.items() if k not in BACKEND_ACCESS}
+                public = replace(public, target={**kept, **self.backend_overlay})
+            self.handles[job_id] = public
         return self.handles[job_id]
+
+    def public_handle(self, ticket: Ticket) -> JobHandle:
+        """The job of a ticket as its ``handle.json`` records it: its clock starts when it
+        was ticketed (a queued child is not late for ``schedule_timeout``)."""
+        m = self.manifest
+        return JobHandle(
+            job_id=child_job_id(self.group_id, ticket.index, ticket.attempt),
+            storage=m["storage"],
+            target=m["target"],
+            name=m["name"],
+            created_at=ticket.at,
+            attempt=ticket.attempt,
+            idempotency_key=child_key(self.group_id, ticket.index),
+            tags={
+                **m["tags"],
+                "kinetic/group-id": self.group_id,
+                "kinetic/index": str(ticket.index),
+            },
+            signing_key=self.signing_key,
+        )
 
     def handle(self, job_id: str) -> JobHandle:
         """The handle of a launched attempt, by job id."""
