@@ -28,7 +28,8 @@ from kinetic_core import layout
 from kinetic_core.batch.records import BatchRecords, Ticket, child_job_id, read_manifest
 from kinetic_core.config import Target
 from kinetic_core.errors import KineticError
-from kinetic_core.jobs import JobHandle
+from kinetic_core.ids import keyed_id
+from kinetic_core.jobs import JobHandle, load_handle
 from kinetic_core.payload import load_envelope
 from kinetic_core.polling import DEFAULT_INTERVAL, poll_ticks
 from kinetic_core.states import JobState, JobStatus
@@ -226,6 +227,18 @@ def drive_batch(group_id: str, storage_uri: str) -> dict[str, Any]:
     for state in result.states.values():
         counts[state.status.value] = counts.get(state.status.value, 0) + 1
     return counts
+
+
+def driver_jobs(records: BatchRecords) -> list[JobHandle]:
+    """The batch's driver jobs (one per round; a lost one may have had later attempts)."""
+    found = []
+    for number in range(records.rounds() + 1):
+        key = DRIVER_KEY.format(group_id=records.group_id, round=number)
+        attempt = 1
+        while records.storage.exists(layout.job_file(keyed_id(key, attempt), layout.HANDLE)):
+            found.append(load_handle(records.storage, keyed_id(key, attempt), records.signing_key))
+            attempt += 1
+    return found
 
 
 def pod_credentials(target: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from kinetic_core import layout
-from kinetic_core.batch.driver import StepResult
+from kinetic_core.batch.driver import StepResult, driver_jobs
 from kinetic_core.batch.logtail import DEFAULT_LINES_PER_CHILD, BatchLogTail
 from kinetic_core.batch.records import BatchRecords, child_key, unsubmitted_status
 from kinetic_core.batch.tracker import BatchProgress, Tracker, index_of
@@ -363,9 +363,13 @@ class BatchHandle:
     acancel = in_thread(cancel)
 
     def cleanup(self, *, backend: bool = True, storage: bool = True) -> None:
+        """Clean up every child's latest attempt, and the batch's finished driver jobs."""
         for job in self.jobs:
             if job is not None:
                 job.cleanup(backend=backend, storage=storage)
+        for driver in driver_jobs(self.records):
+            if driver.state().terminal:
+                driver.cleanup(backend=backend, storage=storage)
 
     acleanup = in_thread(cleanup)
 
