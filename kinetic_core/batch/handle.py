@@ -209,6 +209,21 @@ class BatchHandle:
 
     afailed_children = in_thread(failed_children)
 
+    def failure_reports(self, failed: list[FailedChild]) -> dict[int, str]:
+        """Per failed child (the first few): remote exception, traceback and log tail,
+        as ``BatchError.reports`` carries them."""
+        reports = {}
+        for child in [f for f in failed if f.job is not None][:REPORTED_CHILDREN]:
+            assert child.job is not None
+            try:
+                child.job.result(cleanup=False, timeout=30)
+                continue
+            except Exception as exc:
+                reports[child.index] = child_report(child.job, exc)
+        return reports
+
+    afailure_reports = in_thread(failure_reports)
+
     def to_json(self) -> str:
         return json.dumps({"group_id": self.group_id, "storage": self.manifest["storage"]})
 

@@ -148,6 +148,7 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
             partial_results=[None if i in failed_set else v for i, v in enumerate(values)],
             submission_failures={f.index: f.error for f in failed if f.error is not None},
             total=batch.total,
+            reports=await batch.afailure_reports(failed),
         )
     return values
 

@@ -58,6 +58,8 @@ def test_kinetic_map_failure_raises_batch_error_and_retry_reattaches() -> None:
     exc = state.result(raise_on_failure=False)
     assert isinstance(exc, kc.BatchError)
     assert exc.partial_results[0] == 1 and len(exc.failures) == 1
+    assert "bad input 3" in exc.reports[1]  # the remote exception, with its traceback
+    assert 'raise ValueError(f"bad input {x}")' in exc.reports[1]
     # The Prefect retry reattached to the same batch: the succeeded child did not run
     # again; only the failed one got another attempt.
     jobs = kc.list_jobs(name="maybe_fail")
