@@ -207,8 +207,9 @@ _PENDING = JobState(job_id="", status=JobStatus.PENDING)
 def never_ran(state: JobState) -> bool:
     """The attempt failed before the function started: a driver died while launching it
     (the local supervisor was never confirmed, or nothing was launched at all)."""
+    message = state.message or ""
     return state.reason == "Aborted" or (
-        state.reason == "Lost" and "never ran" in (state.message or "")
+        state.reason == "Lost" and ("never ran" in message or "has no record of the job" in message)
     )
 
 

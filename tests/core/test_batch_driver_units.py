@@ -46,4 +46,7 @@ def test_an_attempt_whose_launcher_died_never_ran() -> None:
         failed("Lost", "its submitter (pid 7) died before launching it; the function never ran")
     )
     assert not never_ran(failed("Lost", "supervisor process 7 vanished without recording an exit"))
+    assert never_ran(
+        failed("Lost", "the backend has no record of the job and no result was stored")
+    )
     assert not never_ran(failed("Error"))
