@@ -643,6 +643,27 @@ def test_two_drivers_racing_launch_each_child_once(store: Store, spawn: Any) -> 
     assert sorted(t["index"] for t in tickets) == list(range(16))
 
 
+@pytest.mark.timeout(120)
+def test_a_ticket_whose_launcher_died_is_launched_by_another_driver(store: Store) -> None:
+    """A driver took a ticket and died before launching it: the next step launches it."""
+    gate = store.path("gate")
+    slots = store.path("slots")
+    os.mkdir(slots)
+    batch = kc.submit_map(
+        h.gated,
+        [{"value": 0, "gate": gate, "slots": slots}, {"value": 1, "slots": slots}],
+        target=store.target,
+        max_concurrency=1,
+    )
+    running_children(store, batch.group_id, 1)  # child 0 holds the only slot
+    dead = {"index": 1, "attempt": 1, "at": time.time(), "by": "gone:1"}
+    (store.batch_dir(batch.group_id) / "launches" / "1.json").write_text(json.dumps(dead))
+    open_gate(gate)
+    assert batch.results(cleanup=False, timeout=90) == [0, 1]
+    assert [t["index"] for t in ledger(store, batch.group_id)] == [0, 1]
+    assert len(store.job_ids()) == 2
+
+
 @pytest.mark.timeout(180)
 def test_cancelled_children_of_a_batch_whose_submitter_died_read_cancelled(
     store: Store, spawn: Any
