@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -14,7 +13,7 @@ import cloudpickle
 
 from kinetic_core import layout
 from kinetic_core.batch.handle import DEFAULT_POLL_TIMEOUT, BatchHandle
-from kinetic_core.batch.records import read_manifest
+from kinetic_core.batch.records import read_manifest, signed_manifest
 from kinetic_core.batch.stager import reopen_if_failed, stage_children, start_driver
 from kinetic_core.config import Target, validate_tags
 from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
@@ -125,12 +124,14 @@ def submit_map(
     storage = open_storage(resolved.storage or "")
     try:
         storage.write_bytes(
-            layout.manifest(group_id), json.dumps(manifest).encode(), create_only=True
+            layout.manifest(group_id),
+            signed_manifest(manifest, resolved.signing_key),
+            create_only=True,
         )
     except FileExistsError:
         if idempotency_key is None:
             raise
-        manifest = read_manifest(storage, group_id)
+        manifest = read_manifest(storage, group_id, resolved.signing_key)
         if manifest["total_expected"] != len(calls):
             raise ConfigError(
                 f"Batch {group_id} (idempotency_key {idempotency_key!r}) has "
@@ -155,7 +156,7 @@ def attach_batch(
     """Rebuild a batch handle in another process. Waits on it default to ``poll_timeout``."""
     validate_id(group_id, "group id")
     resolved = Target.coerce(target).resolve()
-    manifest = read_manifest(open_storage(resolved.storage or ""), group_id)
+    manifest = read_manifest(open_storage(resolved.storage or ""), group_id, resolved.signing_key)
     return BatchHandle(manifest, signing_key=resolved.signing_key, poll_timeout=poll_timeout)
 
 
@@ -169,7 +170,9 @@ def list_batches(
     batches = []
     for group_id in storage.list_names(layout.BATCHES):
         try:
-            manifest = read_manifest(storage, validate_id(group_id, "group id"))
+            manifest = read_manifest(
+                storage, validate_id(group_id, "group id"), resolved.signing_key
+            )
             batches.append(BatchHandle(manifest, signing_key=resolved.signing_key))
         except (JobNotFound, ConfigError, ValueError, KeyError):
             continue

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kinetic_core import layout
-from kinetic_core.errors import JobCancelled, JobNotFound, SubmissionError
+from kinetic_core import layout, signing
+from kinetic_core.errors import CorruptRecord, JobCancelled, JobNotFound, SubmissionError
 from kinetic_core.ids import keyed_id
 from kinetic_core.jobs import JobHandle
 from kinetic_core.states import ChildStatus
@@ -56,14 +56,38 @@ class Ticket:
 BACKEND_ACCESS = ("in_cluster", "kubeconfig", "kube_context")
 
 
-def read_manifest(storage: Storage, group_id: str) -> dict[str, Any]:
+def read_manifest(
+    storage: Storage, group_id: str, signing_key: str | None = None
+) -> dict[str, Any]:
+    """The batch's header. With a signing key (argument or ``KINETIC_SIGNING_KEY``) it
+    must carry a valid signature: a driver launches children from what it says (their
+    import path, their folder), so an edited or forged header is refused."""
     try:
-        return json.loads(storage.read_bytes(layout.manifest(group_id)))
+        manifest = json.loads(storage.read_bytes(layout.manifest(group_id)))
     except FileNotFoundError:
         raise JobNotFound(
             f"No batch {group_id!r} under {storage.uri}. Check the group id and that "
             "KINETIC_STORAGE (or storage=) points at the storage it was submitted to."
         ) from None
+    signature = manifest.pop("hmac", None)
+    key = signing_key or os.environ.get("KINETIC_SIGNING_KEY") or None
+    if key and not signing.valid(key, manifest, signature):
+        where = storage.location(layout.manifest(group_id))
+        raise CorruptRecord(
+            f"{where} is unsigned or has an invalid signature (edited, forged, or written "
+            "with another KINETIC_SIGNING_KEY): the batch is not acted on.",
+            job_id=group_id,
+            path=where,
+        )
+    return manifest
+
+
+def signed_manifest(manifest: dict[str, Any], signing_key: str | None) -> bytes:
+    """What ``manifest.json`` holds: the header, signed when a signing key is set."""
+    data = dict(manifest)
+    if signing_key:
+        data["hmac"] = signing.mac(signing_key, manifest)
+    return json.dumps(data).encode()
 
 
 def child_key(group_id: str, index: int) -> str:

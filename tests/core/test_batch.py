@@ -25,6 +25,7 @@ import pytest
 
 import kinetic_core as kc
 from kinetic_core.backends import get_backend
+from kinetic_core.batch.driver import drive_batch
 from kinetic_core.batch.records import child_job_id
 from kinetic_core.payload import read_summary
 from kinetic_core.storage import open_storage
@@ -494,6 +495,33 @@ def test_retries_of_a_signed_batch_stay_signed(store: Store) -> None:
         assert call["hmac"], f"attempt {job_id} was submitted unsigned"
     # Another process that holds the key can collect the retried attempt.
     assert kc.attach_batch(batch.group_id, target=target).results(cleanup=False, timeout=60) == [0]
+
+
+@pytest.mark.timeout(120)
+def test_a_forged_manifest_of_a_signed_batch_is_refused(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver launches children from the manifest (their import path and folder): with
+    a signing key, an edited manifest is refused before anything acts on it."""
+    target = kc.Target(storage=store.uri, signing_key="batch-secret")
+    batch = kc.submit_map(h.square_or_fail, [1, 2], target=target)
+    assert batch.results(cleanup=False, timeout=90) == [1, 4]
+    path = store.batch_dir(batch.group_id) / "manifest.json"
+    manifest = json.loads(path.read_text())
+    assert manifest["hmac"]
+    manifest["python_path"] = ["/tmp/attacker"]
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(kc.CorruptRecord, match="invalid signature"):
+        kc.attach_batch(batch.group_id, target=target)
+    with monkeypatch.context() as m:  # the detached driver's entry point, its key in its env
+        m.setenv("KINETIC_SIGNING_KEY", "batch-secret")
+        with pytest.raises(kc.CorruptRecord):
+            drive_batch(batch.group_id, store.uri)
+    del manifest["hmac"]
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(kc.CorruptRecord, match="unsigned"):
+        kc.attach_batch(batch.group_id, target=target)
+    assert kc.attach_batch(batch.group_id, target=kc.Target(storage=store.uri)).total == 2
 
 
 # ---- submission failures, cleanup -----------------------------------------------------------
