@@ -119,7 +119,10 @@ class BatchError(KineticError):
         partial_results: list[Any],
         submission_failures: dict[int, BaseException] | None = None,
         total: int | None = None,
+        reports: dict[int, str] | None = None,
     ) -> None:
+        #: Per failed input (the first few): its remote exception, traceback and log tail.
+        self.reports = dict(reports or {})
         self.group_id = group_id
         self.failures = failures
         self.partial_results = partial_results
@@ -137,5 +140,6 @@ class BatchError(KineticError):
                 self.partial_results,
                 self.submission_failures,
                 self.total,
+                self.reports,
             ),
         )

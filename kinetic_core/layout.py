@@ -16,6 +16,7 @@ keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
 batches/{group_id}/state/{marker}         create-only markers and the submitter heartbeat
+batches/{group_id}/launches/{seq}.json    the launch ledger: one create-only ticket per launch
 outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR)
 ```
 
@@ -53,6 +54,8 @@ ENVELOPES = (PAYLOAD, RESULT)
 SUBMISSION_COMPLETE = "submission_complete"
 CANCEL_REQUESTED = "cancel_requested"
 SUBMITTER = "submitter.json"
+ROUND_PREFIX = "round-"  # round-{n}: a keyed resubmission reopened a batch that failed
+FAILED_FAST = "failed_fast"  # fail_fast stopped the batch (a child failed for good)
 
 
 def job_dir(job_id: str) -> str:
@@ -93,6 +96,10 @@ def child(group_id: str, index: int) -> str:
     return f"{BATCHES}/{group_id}/children/{index}.json"
 
 
+def batch_states(group_id: str) -> str:
+    return f"{BATCHES}/{group_id}/state"
+
+
 def batch_state(group_id: str, name: str) -> str:
     return f"{BATCHES}/{group_id}/state/{name}"
 
@@ -106,3 +113,11 @@ def output_dir(storage_uri: str, job_id: str) -> str:
     if storage_uri.startswith("file://"):
         return os.path.join(storage_uri[len("file://") :], OUTPUTS, job_id)
     return f"{storage_uri}/{outputs(job_id)}"
+
+
+def launches(group_id: str) -> str:
+    return f"{BATCHES}/{group_id}/launches"
+
+
+def launch_ticket(group_id: str, seq: int) -> str:
+    return f"{BATCHES}/{group_id}/launches/{seq}.json"

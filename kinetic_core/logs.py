@@ -105,6 +105,15 @@ class LogStream:
             self._partial = ""
         return lines
 
+    def lines(self) -> list[str]:
+        """New complete lines now (bounded reads), for a caller that drives its own ticks
+        (a batch's log tail follows its children from the batch's ticks)."""
+        return self._read(READS_PER_TICK)
+
+    def finish(self, state: JobState) -> list[str]:
+        """The job is terminal: the rest of its log."""
+        return self._finish(state)
+
     def _describe(self) -> str:
         return f"job {self.handle.job_id} is still running; its log can be followed again"
 

@@ -34,7 +34,7 @@ from kinetic_core.records import try_write_record
 from kinetic_core.states import JobStatus
 from kinetic_core.storage import Storage, open_storage
 
-__all__ = ["asubmit", "submit"]
+__all__ = ["asubmit", "launch_staged", "prepare", "submit"]
 
 
 class _Raced(Exception):
@@ -103,17 +103,76 @@ def submit(
     a succeeded attempt whose result was already collected (keep it with
     ``result(cleanup=False)``), e.g. so a whole-pipeline retry does not rerun it.
     """
+    plan = prepare(fn, args, kwargs, target=target, name=name, tags=tags)
+    if idempotency_key is None:
+        return plan.create(new_id(plan.name), attempt=1, key=None)
+    if not isinstance(idempotency_key, str) or not idempotency_key:
+        raise ConfigError("idempotency_key must be a non-empty string.")
+    return plan.submit_keyed(idempotency_key, reuse_succeeded)
+
+
+def prepare(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...] | list[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    target: Target | dict[str, Any] | None = None,
+    name: str | None = None,
+    tags: dict[str, str] | None = None,
+) -> _Submission:
+    """Check a call and capture what a job of it needs (env values, by-value modules)."""
     args, kwargs = _check_call(fn, args, kwargs)
     resolved = Target.coerce(target).resolve()
     all_tags = {**(resolved.tags or {}), **validate_tags(tags or {})}
     job_name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
     call = {"fn": fn, "args": args, "kwargs": kwargs, "env": job_env(resolved.env, os.environ)}
-    plan = _Submission(resolved, call, _by_value_modules(fn, resolved), job_name, all_tags)
-    if idempotency_key is None:
-        return plan.create(new_id(job_name), attempt=1, key=None)
-    if not isinstance(idempotency_key, str) or not idempotency_key:
-        raise ConfigError("idempotency_key must be a non-empty string.")
-    return plan.submit_keyed(idempotency_key, reuse_succeeded)
+    return _Submission(resolved, call, _by_value_modules(fn, resolved), job_name, all_tags)
+
+
+def launch_staged(
+    handle: JobHandle,
+    *,
+    python_path: list[str],
+    workdir: str | None,
+    record: JobHandle | None = None,
+) -> JobHandle:
+    """Launch a job whose call was staged earlier (``_Submission.stage``): create its
+    ``handle.json`` (create-only; another launcher may have created it) and launch it.
+    Idempotent: a backend launches a job id once, so racing launchers start it once.
+    ``record`` is what ``handle.json`` says when this process reaches the backend
+    differently from everyone else (a driver in a pod: in-cluster credentials)."""
+    storage = open_storage(handle.storage)
+    target = Target.from_stored(handle.target)
+    target = replace(target, signing_key=handle.signing_key)
+    backend = get_backend(target)
+    submitting = getattr(backend, "submitting", None)
+    with contextlib.ExitStack() as marked:
+        if submitting:
+            marked.enter_context(submitting(handle.job_id))
+        with contextlib.suppress(FileExistsError):
+            storage.write_bytes(
+                layout.job_file(handle.job_id, layout.HANDLE),
+                (record or handle).record(),
+                create_only=True,
+            )
+        try:
+            backend.launch(
+                LaunchSpec(
+                    job_id=handle.job_id,
+                    storage_uri=handle.storage,
+                    target=target,
+                    labels={"kinetic/job-id": handle.job_id, **handle.tags},
+                    python_path=python_path,
+                    workdir=workdir,
+                )
+            )
+        except KineticError:
+            raise
+        except Exception as exc:
+            raise SubmissionError(
+                f"Could not launch job {handle.job_id}: {type(exc).__name__}: {exc}"
+            ) from exc
+    return handle
 
 
 @dataclass
@@ -127,6 +186,21 @@ class _Submission:
     @property
     def storage(self) -> Storage:
         return open_storage(self.target.storage or "")
+
+    def stage(self, job_id: str) -> None:
+        """Write the call envelope only (create-only): the job exists once launched
+        (``launch_staged``). FileExistsError if it was staged already."""
+        storage = self.storage
+        with storage.open_write(layout.job_file(job_id, layout.PAYLOAD), create_only=True) as fh:
+            dump_envelope(
+                fh,
+                self.call,
+                kind="call",
+                job_id=job_id,
+                signing_key=self.target.signing_key,
+                storage=storage.uri,
+                by_value=self.by_value,
+            )
 
     def create(self, job_id: str, *, attempt: int, key: str | None) -> JobHandle:
         storage = self.storage

@@ -1,8 +1,10 @@
 """Batches: fan a function out over inputs with a persisted manifest.
 
 ``entry`` (submit_map, attach_batch, list_batches) -> ``handle`` (BatchHandle: views,
-waits, results, cancel) -> ``tracker`` (what is pending, final, retried) and
-``submitter`` (launches children in the submitting process) -> ``records`` (storage).
+waits, results, cancel) -> ``tracker`` (what is final, progress) and ``logtail``
+(children's log lines) -> ``stager`` (stage calls, start the driver) -> ``driver`` (the
+idempotent launch step any process takes; the detached driver job) -> ``records``
+(storage: manifest, markers, the launch ledger).
 """
 
 from kinetic_core.batch.entry import (

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-import json
+import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,8 +13,8 @@ import cloudpickle
 
 from kinetic_core import layout
 from kinetic_core.batch.handle import DEFAULT_POLL_TIMEOUT, BatchHandle
-from kinetic_core.batch.records import read_manifest
-from kinetic_core.batch.submitter import Plan, start_submitter
+from kinetic_core.batch.records import read_manifest, signed_manifest
+from kinetic_core.batch.stager import reopen_if_failed, stage_children, start_driver
 from kinetic_core.config import Target, validate_tags
 from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
 from kinetic_core.ids import key_digest, new_id, validate_id
@@ -62,12 +63,16 @@ def submit_map(
     name: str | None = None,
     tags: dict[str, str] | None = None,
     idempotency_key: str | None = None,
+    fail_fast: bool = False,
 ) -> BatchHandle:
-    """Submit ``fn`` once per input as one batch; returns once the manifest is written.
+    """Submit ``fn`` once per input as one batch; returns once every child's call is
+    staged in storage and the batch's detached driver is started.
 
-    Children are submitted in the background (at most ``max_concurrency`` running at a
-    time); ``wait_submitted()`` blocks until all are. With ``idempotency_key`` a second
-    call reattaches to the same batch and submits only what is missing.
+    From then on the batch runs to its end (at most ``max_concurrency`` children at a
+    time, ``retries`` more attempts per failed child, durable ``cancel()``) whether or
+    not this process lives. ``fail_fast=True`` stops the batch once a child failed for
+    good: nothing more is launched, running children are cancelled. With
+    ``idempotency_key`` a second call reattaches to the same batch.
     """
     if not callable(fn):
         raise SubmissionError(f"Expected a callable to map, got {type(fn).__name__}.")
@@ -82,6 +87,8 @@ def submit_map(
         raise ConfigError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}.")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ConfigError(f"retries must be an integer >= 0, got {retries!r}.")
+    if not isinstance(fail_fast, bool):
+        raise ConfigError(f"fail_fast must be True or False, got {fail_fast!r}.")
     if input_mode not in INPUT_MODES:
         raise ConfigError(
             f"Unknown input_mode {input_mode!r}; choose one of {', '.join(INPUT_MODES)}."
@@ -109,16 +116,22 @@ def submit_map(
         "retries": retries,
         "max_concurrency": max_concurrency,
         "idempotency_key": idempotency_key,
+        "fail_fast": fail_fast,
+        # Where children run on the local backend: the submitter's import path and folder.
+        "python_path": [p for p in sys.path if p],
+        "workdir": os.getcwd(),
     }
     storage = open_storage(resolved.storage or "")
     try:
         storage.write_bytes(
-            layout.manifest(group_id), json.dumps(manifest).encode(), create_only=True
+            layout.manifest(group_id),
+            signed_manifest(manifest, resolved.signing_key),
+            create_only=True,
         )
     except FileExistsError:
         if idempotency_key is None:
             raise
-        manifest = read_manifest(storage, group_id)
+        manifest = read_manifest(storage, group_id, resolved.signing_key)
         if manifest["total_expected"] != len(calls):
             raise ConfigError(
                 f"Batch {group_id} (idempotency_key {idempotency_key!r}) has "
@@ -126,9 +139,11 @@ def submit_map(
             ) from None
     batch = BatchHandle(manifest, signing_key=resolved.signing_key)
     batch.reattached = manifest["created_at"] != created_at
-    if not (idempotency_key and batch.cancel_requested):
-        plan = Plan(fn, calls, resolved, batch_name, all_tags, max_concurrency)
-        start_submitter(batch.records, plan)
+    if not (batch.reattached and batch.cancel_requested):
+        if batch.reattached:
+            reopen_if_failed(batch.records)
+        stage_children(batch.records, fn, calls, resolved, batch_name)
+        start_driver(batch.records, resolved)
     return batch
 
 
@@ -141,7 +156,7 @@ def attach_batch(
     """Rebuild a batch handle in another process. Waits on it default to ``poll_timeout``."""
     validate_id(group_id, "group id")
     resolved = Target.coerce(target).resolve()
-    manifest = read_manifest(open_storage(resolved.storage or ""), group_id)
+    manifest = read_manifest(open_storage(resolved.storage or ""), group_id, resolved.signing_key)
     return BatchHandle(manifest, signing_key=resolved.signing_key, poll_timeout=poll_timeout)
 
 
@@ -155,7 +170,9 @@ def list_batches(
     batches = []
     for group_id in storage.list_names(layout.BATCHES):
         try:
-            manifest = read_manifest(storage, validate_id(group_id, "group id"))
+            manifest = read_manifest(
+                storage, validate_id(group_id, "group id"), resolved.signing_key
+            )
             batches.append(BatchHandle(manifest, signing_key=resolved.signing_key))
         except (JobNotFound, ConfigError, ValueError, KeyError):
             continue

@@ -7,26 +7,44 @@ async drivers share one ``Tracker`` and differ only in how they wait between tic
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
+import traceback
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from kinetic_core import layout
+from kinetic_core.batch.driver import StepResult, driver_jobs
+from kinetic_core.batch.logtail import DEFAULT_LINES_PER_CHILD, BatchLogTail
 from kinetic_core.batch.records import BatchRecords, child_key, unsubmitted_status
 from kinetic_core.batch.tracker import BatchProgress, Tracker, index_of
 from kinetic_core.errors import BatchError
 from kinetic_core.jobs import JobHandle
-from kinetic_core.polling import Deadline, Until, in_thread, poll_ticks, shared_poller
+from kinetic_core.polling import Until, apoll_ticks, in_thread, poll_ticks
 from kinetic_core.states import ChildStatus, JobState, JobStatus, timestamp
 from kinetic_core.status import resolve_states
 
 DEFAULT_POLL_TIMEOUT = 24 * 3600.0  # an attached batch never waits forever by default
 
 Collected = tuple[int, Any, bool]  # (input index, value or exception, succeeded)
+
+
+REPORTED_CHILDREN = 10  # a BatchError reports this many failed children in full
+REPORT_LOG_LINES = 20
+
+
+def child_report(job: JobHandle, exc: BaseException) -> str:
+    """A failed child's remote exception (with its traceback) and the tail of its log."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+    try:
+        tail = job.logs(tail=REPORT_LOG_LINES).rstrip()
+    except Exception:
+        tail = ""
+    if tail:
+        text += f"\n--- last {REPORT_LOG_LINES} log lines of {job.job_id} ---\n{tail}"
+    return text
 
 
 @dataclass(frozen=True)
@@ -90,6 +108,18 @@ class BatchHandle:
         self.records = BatchRecords(manifest, signing_key)
         #: True when ``submit_map`` found this batch under its idempotency key (a retry).
         self.reattached = False
+        self._tracker: Tracker | None = None
+
+    @property
+    def last_step(self) -> StepResult:
+        """What the latest tick of a wait on this handle saw (launched children, states)."""
+        return self._tracker.last if self._tracker is not None else StepResult()
+
+    def log_tail(self, lines_per_child: int = DEFAULT_LINES_PER_CHILD) -> BatchLogTail:
+        """Children's new log lines, ``[child i]``-prefixed, read after each tick of a
+        wait on this handle (``progress``/``aprogress``): at most ``lines_per_child`` per
+        child per read."""
+        return BatchLogTail(self, lines_per_child)
 
     # ---- views --------------------------------------------------------------------------
     @property
@@ -113,8 +143,8 @@ class BatchHandle:
 
     @property
     def submission_abandoned(self) -> bool:
-        """The submitter stopped (killed, crashed) before submitting every child."""
-        return self.records.submission_abandoned
+        """Always False: once ``submit_map`` returned, no child depends on its process."""
+        return False
 
     @property
     def submission_failures(self) -> dict[int, BaseException]:
@@ -179,6 +209,21 @@ class BatchHandle:
 
     afailed_children = in_thread(failed_children)
 
+    def failure_reports(self, failed: list[FailedChild]) -> dict[int, str]:
+        """Per failed child (the first few): remote exception, traceback and log tail,
+        as ``BatchError.reports`` carries them."""
+        reports = {}
+        for child in [f for f in failed if f.job is not None][:REPORTED_CHILDREN]:
+            assert child.job is not None
+            try:
+                child.job.result(cleanup=False, timeout=30)
+                continue
+            except Exception as exc:
+                reports[child.index] = child_report(child.job, exc)
+        return reports
+
+    afailure_reports = in_thread(failure_reports)
+
     def to_json(self) -> str:
         return json.dumps({"group_id": self.group_id, "storage": self.manifest["storage"]})
 
@@ -187,16 +232,13 @@ class BatchHandle:
 
     # ---- waiting: one tracker, a sync and an async driver --------------------------------
     def _ticks(self, timeout: float | None) -> Iterator[tuple[Tracker, list[int], bool]]:
-        """Sync driver. Per tick, one bulk poll of the pending children; yields the tracker,
-        the inputs that became final, and whether the batch is done (the last tick)."""
-        tracker = Tracker(self.records, self.retries)
+        """Sync driver. Per tick, one driver step (one bulk poll of the unfinished
+        children); yields the tracker, the inputs that became final, and whether the
+        batch is done (the last tick)."""
+        tracker = self._tracker = Tracker(self.records)
         limit = self.poll_timeout if timeout is None else timeout
-        # No early wake-ups here (unlike JobHandle.wait): a batch polls once per interval.
         for _ in poll_ticks(interval=tracker.interval, timeout=limit, describe=tracker.describe):
-            pending = tracker.pending()
-            states = resolve_states(pending) if pending else []
-            newly = tracker.settle(zip(pending, states, strict=True))
-            done = tracker.done()
+            newly, done = tracker.tick()
             yield tracker, newly, done
             if done:
                 return
@@ -204,41 +246,16 @@ class BatchHandle:
     async def _aticks(
         self, timeout: float | None
     ) -> AsyncIterator[tuple[Tracker, list[int], bool]]:
-        """Async driver, same yields: children wait in the shared poller; a tick ends when
-        one of them finishes or after the interval."""
-        tracker = Tracker(self.records, self.retries)
-        poller = shared_poller()
-        waits: dict[str, asyncio.Task[JobState]] = {}
-        deadline = Deadline(self.poll_timeout if timeout is None else timeout, tracker.describe)
-        try:
-            while True:
-                pending = await asyncio.to_thread(tracker.pending)
-                for handle in pending:
-                    if handle.job_id not in waits:
-                        waits[handle.job_id] = asyncio.ensure_future(poller.wait(handle))
-                by_id = {h.job_id: h for h in pending}
-                observed = [(by_id[j], t.result()) for j, t in waits.items() if t.done()]
-                for job_id in [h.job_id for h, _ in observed]:
-                    del waits[job_id]
-                observed += [
-                    (h, poller.latest[h.job_id])
-                    for h in pending
-                    if h.job_id in waits and h.job_id in poller.latest
-                ]
-                newly = await asyncio.to_thread(tracker.settle, observed)
-                done = await asyncio.to_thread(tracker.done)
-                yield tracker, newly, done
-                if done:
-                    return
-                delay = deadline.clip(tracker.interval)
-                live = [t for t in waits.values() if not t.done()]
-                if live:
-                    await asyncio.wait(live, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
-                else:
-                    await asyncio.sleep(delay)
-        finally:
-            for t in waits.values():
-                t.cancel()
+        """Async driver, same yields: the same step, one round of I/O in a worker thread."""
+        tracker = self._tracker = Tracker(self.records)
+        limit = self.poll_timeout if timeout is None else timeout
+        async for _ in apoll_ticks(
+            interval=tracker.interval, timeout=limit, describe=tracker.describe
+        ):
+            newly, done = await in_thread(tracker.tick)()
+            yield tracker, newly, done
+            if done:
+                return
 
     def as_completed(self, timeout: float | None = None) -> Iterator[JobHandle]:
         """Children as they finish (after their retries), while later ones are still submitted."""
@@ -341,6 +358,11 @@ class BatchHandle:
                 ],
                 submission_failures=sub_failures,
                 total=self.total,
+                reports={
+                    i: child_report(j, by_index[i][0])
+                    for i in failed[:REPORTED_CHILDREN]
+                    if (j := jobs[i]) is not None
+                },
             )
         return [by_index[i][0] for i in order]
 
@@ -356,13 +378,16 @@ class BatchHandle:
     acancel = in_thread(cancel)
 
     def cleanup(self, *, backend: bool = True, storage: bool = True) -> None:
+        """Clean up every child's latest attempt, and the batch's finished driver jobs."""
         for job in self.jobs:
             if job is not None:
                 job.cleanup(backend=backend, storage=storage)
+        for driver in driver_jobs(self.records):
+            if driver.state().terminal:
+                driver.cleanup(backend=backend, storage=storage)
 
     acleanup = in_thread(cleanup)
 
     def wait_submitted(self, timeout: float | None = None) -> None:
-        """Block until this process's background submitter has launched every child."""
-        if self.records.submitter is not None:
-            self.records.submitter.join(timeout)
+        """Nothing to wait for: ``submit_map`` returns once every child's call is staged
+        and the batch is registered (kept for callers of earlier versions)."""

@@ -1,19 +1,19 @@
-"""The batch logic shared by every driver: what is pending, what is final, what to retry.
+"""The batch logic shared by every observer: what is final, what progress to report.
 
-The sync (``as_completed``/``progress``) and async (``aas_completed``/``aprogress``)
-drivers only differ in how they wait between ticks; they feed observed states here.
+Every observer's tick is a driver step (``driver.Driver``): watching a batch also
+launches and retries its children, so a batch whose detached driver died still runs
+while anyone watches. The sync (``as_completed``/``progress``) and async
+(``aas_completed``/``aprogress``) twins only differ in how they wait between ticks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kinetic_core import layout
+from kinetic_core.batch.driver import Driver, StepResult
 from kinetic_core.batch.records import BatchRecords, unsubmitted_status
 from kinetic_core.jobs import JobHandle
-from kinetic_core.polling import DEFAULT_INTERVAL
-from kinetic_core.states import ChildStatus, JobState, JobStatus
+from kinetic_core.states import ChildStatus, JobState
 
 
 @dataclass(frozen=True)
@@ -47,69 +47,41 @@ def index_of(handle: JobHandle) -> int:
 
 
 class Tracker:
-    """Which children are pending or final, and when a failed child gets another attempt."""
+    """Which children are final, from one driver step per tick."""
 
-    def __init__(self, records: BatchRecords, retries: int) -> None:
+    def __init__(self, records: BatchRecords) -> None:
         self.records = records
-        self.retries = retries
+        self.driver = Driver(records)
         self.final: dict[int, tuple[JobHandle, JobState]] = {}
-        self.latest: dict[int, JobState] = {}  # last observed state of pending children
-        # What this tick's pending() and done() read, so progress() reads nothing again.
-        self._jobs: list[JobHandle | None] | None = None
-        self._failures: dict[int, BaseException] | None = None
-        target = records.manifest["target"]
-        self.interval = min(float(target.get("poll_interval") or DEFAULT_INTERVAL), 5.0)
+        self.last = StepResult()
+        self.interval = self.driver.interval()
 
-    def pending(self) -> list[JobHandle]:
-        self._jobs = jobs = self.records.latest_jobs()
-        return [j for i, j in enumerate(jobs) if j is not None and i not in self.final]
-
-    def settle(self, observed: Iterable[tuple[JobHandle, JobState]]) -> list[int]:
-        """Record observed states; retry failed children with attempts left. Returns the
-        indexes that became final."""
+    def tick(self) -> tuple[list[int], bool]:
+        """One driver step; returns the inputs that became final and whether all are."""
+        self.last = step = self.driver.step()
         newly: list[int] = []
-        cancelled = self.records.marker(layout.CANCEL_REQUESTED)
-        for handle, state in observed:
-            index = index_of(handle)
-            if not state.terminal:
-                self.latest[index] = state
-                continue
-            rec = self.records.children.get(index)
-            if state.status is JobStatus.FAILED and not cancelled:
-                rec = self.records.reload(index)
-                if rec is not None and rec.attempts and rec.attempts[-1] != handle.job_id:
-                    continue  # another process already retried it: follow that attempt
-            attempts = len(rec.attempts) if rec else 1
-            if state.status is JobStatus.FAILED and attempts <= self.retries and not cancelled:
-                self.records.retry(index, handle)
-                self.latest.pop(index, None)
-                continue
-            self.final[index] = (handle, state)
-            self.latest.pop(index, None)
-            newly.append(index)
-        return newly
+        for i, state in step.states.items():
+            if i not in self.final and self.driver.is_final(i, state, step.cancelled):
+                self.final[i] = (step.jobs[i], state)
+                newly.append(i)
+        return newly, step.done
 
-    def done(self) -> bool:
-        self._failures = failures = self.records.submission_failures()
-        return len(self.final) + len(failures) >= self.records.total
+    def status_of(self, index: int) -> ChildStatus:
+        step = self.last
+        if index in self.final:
+            return ChildStatus.of(self.final[index][1].status)
+        if index in step.states:
+            state = step.states[index]
+            return ChildStatus.PENDING if state.terminal else ChildStatus.of(state.status)
+        if index in step.failures:
+            return unsubmitted_status(step.failures[index])
+        return ChildStatus.UNSUBMITTED
 
     def progress(self) -> BatchProgress:
-        """Counts from what this tick already read (pending() and done())."""
-        jobs = self._jobs if self._jobs is not None else self.records.latest_jobs()
-        failures = self._failures
-        if failures is None:
-            failures = self.records.submission_failures()
+        """Counts from what this tick already read."""
         counts: dict[ChildStatus, int] = {}
-        for i, job in enumerate(jobs):
-            if i in self.final:
-                status = ChildStatus.of(self.final[i][1].status)
-            elif job is not None:
-                seen = self.latest.get(i)
-                status = ChildStatus.of(seen.status) if seen else ChildStatus.PENDING
-            elif i in failures:
-                status = unsubmitted_status(failures[i])
-            else:
-                status = ChildStatus.UNSUBMITTED
+        for i in range(self.records.total):
+            status = self.status_of(i)
             counts[status] = counts.get(status, 0) + 1
         return BatchProgress(self.records.group_id, self.records.total, counts)
 

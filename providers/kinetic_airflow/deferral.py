@@ -48,6 +48,7 @@ def defer_to_trigger(
             kinetic_conn_id=task.kinetic_conn_id,
             poll_interval=task.poll_interval,
             cancel_on_kill=task.cancel_on_kill,
+            log_lines_per_child=getattr(task, "log_lines_per_child", 20),
         )
     else:
         trigger = KineticJobTrigger(

@@ -141,7 +141,11 @@ class KineticJobTrigger(BaseTrigger):
 
 
 class KineticBatchTrigger(BaseTrigger):
-    """Fire once when every child of a kinetic batch is terminal (one trigger per batch)."""
+    """Fire once when every child of a kinetic batch is terminal (one trigger per batch).
+
+    While it waits it streams the children's new log lines into the task log, prefixed
+    ``[child i]``, at most ``log_lines_per_child`` per child per poll (0: none).
+    """
 
     def __init__(
         self,
@@ -149,12 +153,14 @@ class KineticBatchTrigger(BaseTrigger):
         kinetic_conn_id: str | None = None,
         poll_interval: float = 30.0,
         cancel_on_kill: bool = True,
+        log_lines_per_child: int = 20,
     ) -> None:
         super().__init__()
         self.batch_json = batch
         self.kinetic_conn_id = kinetic_conn_id
         self.poll_interval = float(poll_interval)
         self.cancel_on_kill = cancel_on_kill
+        self.log_lines_per_child = int(log_lines_per_child)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -164,6 +170,7 @@ class KineticBatchTrigger(BaseTrigger):
                 "kinetic_conn_id": self.kinetic_conn_id,
                 "poll_interval": self.poll_interval,
                 "cancel_on_kill": self.cancel_on_kill,
+                "log_lines_per_child": self.log_lines_per_child,
             },
         )
 
@@ -179,7 +186,11 @@ class KineticBatchTrigger(BaseTrigger):
             group_id = batch.group_id
             last = ""
             progress = None
+            tail = batch.log_tail(self.log_lines_per_child)
+            # Following the batch drives it too: launches, retries, fail_fast.
             async for progress in batch.aprogress():
+                for line in await tail.aread():  # children's lines, bounded per tick
+                    self.log.info("%s", line)
                 if progress.describe() != last:  # one line per change, not per tick
                     last = progress.describe()
                     self.log.info("Kinetic batch %s: %s", group_id, last)

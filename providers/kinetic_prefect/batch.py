@@ -44,6 +44,8 @@ class MapOptions:
     input_mode: str
     return_exceptions: bool
     progress_interval: float
+    fail_fast: bool = False
+    log_lines_per_child: int = 20
 
 
 def _artifact_key(group_id: str, suffix: str = "") -> str:
@@ -76,6 +78,7 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
         name=spec.job_name,
         tags={**identity_tags, **spec.job_tags},
         idempotency_key=key,
+        fail_fast=opts.fail_fast,
     )
     logger.info(
         "Kinetic batch %s: %d jobs of %s (state in %s)",
@@ -87,7 +90,7 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
     artifact_id = await acreate_progress_artifact(
         0.0,
         key=_artifact_key(batch.group_id),
-        description=f"Kinetic batch {batch.group_id}: submitting",
+        description=f"Kinetic batch {batch.group_id}: registered",
     )
     flow_run_id = ctx.task_run.flow_run_id if ctx is not None else None
 
@@ -99,7 +102,10 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
     progress: kc.BatchProgress | None = None
     try:
         with kc.cancel_on_termination(batch, enabled=spec.cancel_on_cancel):
+            tail = batch.log_tail(opts.log_lines_per_child)
             async for progress in batch.aprogress(every=opts.progress_interval, until=cancelling):
+                for line in await tail.aread():  # children's lines, bounded per interval
+                    logger.info("%s", line)
                 await _update_progress(progress, artifact_id, logger)
                 logger.info("Kinetic batch %s: %s", batch.group_id, progress.describe())
     except BaseException as exc:
@@ -141,6 +147,7 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
             partial_results=[None if i in failed_set else v for i, v in enumerate(values)],
             submission_failures={f.index: f.error for f in failed if f.error is not None},
             total=batch.total,
+            reports=await batch.afailure_reports(failed),
         )
     return values
 
@@ -154,6 +161,8 @@ def kinetic_map(
     input_mode: str = "auto",
     return_exceptions: bool = False,
     progress_interval: float = 5.0,
+    fail_fast: bool = False,
+    log_lines_per_child: int = 20,
     config: ConfigLike = None,
     target: kc.Target | dict[str, Any] | None = None,
     name: str | None = None,
@@ -166,7 +175,10 @@ def kinetic_map(
     (keyword args) or a single value (see ``input_mode``). ``retries`` retries failed
     children inside the batch; Prefect retries of the map task reattach to the same
     batch. Failures raise ``kinetic_core.BatchError`` with the partial results, unless
-    ``return_exceptions=True`` puts each exception in its place.
+    ``return_exceptions=True`` puts each exception in its place. ``fail_fast=True``
+    stops the batch once a child failed for good (the rest read CANCELLED). The
+    children's log lines reach the run logger prefixed ``[child i]``, at most
+    ``log_lines_per_child`` per child per ``progress_interval``.
 
     In an async flow ``await kinetic_map(...)``; in a sync flow it returns the list.
     """
@@ -223,6 +235,8 @@ def kinetic_map(
         input_mode,
         bool(return_exceptions),
         progress_seconds,
+        fail_fast,
+        int(log_lines_per_child),
     )
     task_options.update(options)
     map_name = name or f"{default_name}-map"

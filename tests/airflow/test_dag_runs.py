@@ -122,12 +122,15 @@ def _raise() -> None:
     raise RuntimeError("outside failure")
 
 
-def test_batch_operator(dagbag: Any) -> None:
+def test_batch_operator(dagbag: Any, capfd: pytest.CaptureFixture[str]) -> None:
     dr, tis = run(dagbag, "kt_batch")
     assert dr.state == "success"
     ti = tis[("sweep", -1)]
     assert xcom(ti) == [1, 4, 9]
     assert xcom(ti, "group_id")
+    out = "".join(capfd.readouterr())
+    for i in range(3):  # the trigger streamed each child's log line, prefixed with its index
+        assert f"[child {i}] squaring {i + 1}" in out
 
 
 def test_batch_operator_failure_shows_partial_results(

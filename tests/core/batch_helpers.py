@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 GATE_LIMIT = 120.0  # a gated child never outlives a broken test by much
@@ -53,6 +54,51 @@ def gated(
     finally:
         if held is not None:
             os.unlink(held)
+
+
+def slotted(value: Any, slots: str, then_sleep: float = 0.2, fail: int | None = None) -> Any:
+    """A child that records itself: one line per run in ``{slots}.runs`` (``value pid
+    start``), and how many children held a slot when it started in
+    ``{slots}.seen-{value}-{pid}``. Input ``fail`` raises (after recording its run)."""
+    with open(f"{slots}.runs", "a") as fh:
+        fh.write(f"{value} {os.getpid()} {time.time()}\n")
+    held = os.path.join(slots, f"{value}-{os.getpid()}")
+    open(held, "w").close()
+    try:
+        with open(f"{slots}.seen-{value}-{os.getpid()}", "w") as fh:
+            fh.write(str(len(os.listdir(slots))))
+        if value == fail:
+            raise RuntimeError(f"child {value} fails on purpose")
+        time.sleep(then_sleep)
+        return value
+    finally:
+        os.unlink(held)
+
+
+def runs(slots: str) -> list[tuple[int, float]]:
+    """(value, start time) of every run ``slotted`` recorded."""
+    try:
+        with open(f"{slots}.runs") as fh:
+            rows = [line.split() for line in fh if line.strip()]
+    except FileNotFoundError:
+        return []
+    return [(int(v), float(t)) for v, _, t in rows]
+
+
+def most_seen(slots: str) -> int:
+    """The most children holding a slot at once, as the children themselves saw it."""
+    folder = os.path.dirname(slots) or "."
+    prefix = os.path.basename(slots) + ".seen-"
+    seen = [
+        int(Path(folder, n).read_text() or 0) for n in os.listdir(folder) if n.startswith(prefix)
+    ]
+    return max(seen, default=0)
+
+
+def chatty(value: int, lines: int) -> int:
+    for i in range(lines):
+        print(f"line {i} of {value}", flush=True)
+    return value
 
 
 def flaky(value: Any, marker_dir: str, always: bool = False) -> Any:
@@ -126,4 +172,25 @@ observe(first=True)
 for job in batch.as_completed(timeout=120):
     observe(done=int(job.tags["kinetic/index"]))
 print(json.dumps({"final": batch.statuses(), "complete": batch.submission_complete}), flush=True)
+"""
+
+SUBMIT_AND_EXIT = r"""
+import json, sys, time
+import kinetic_core as kc
+from tests.core import batch_helpers as h
+
+storage, spec, linger = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "linger"
+fn = getattr(h, spec.pop("fn"))
+inputs = spec.pop("inputs")
+batch = kc.submit_map(fn, inputs, target=kc.Target(storage=storage), **spec)
+print(json.dumps({"group_id": batch.group_id}), flush=True)
+if linger:
+    time.sleep(600)  # the test SIGKILLs it right after submit_map returned
+"""
+
+DRIVER = r"""
+import sys
+from kinetic_core.batch.driver import drive_batch
+
+print(drive_batch(sys.argv[2], sys.argv[1]), flush=True)
 """

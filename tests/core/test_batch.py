@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-import kinetic_core.batch.records as batch_records
 from kinetic_core.backends import get_backend
+from kinetic_core.batch.driver import drive_batch
+from kinetic_core.batch.records import child_job_id
 from kinetic_core.payload import read_summary
 from kinetic_core.storage import open_storage
 from tests.cleanup import kill_leftovers
@@ -57,22 +58,35 @@ class Store:
         return str(self.root.parent / name)
 
     def job_ids(self) -> list[str]:
+        """Launched child jobs (a handle exists); the batches' driver jobs left out."""
         jobs = self.root / "jobs"
-        return sorted(p.name for p in jobs.iterdir()) if jobs.exists() else []
+        return sorted(
+            p.name
+            for p in (jobs.iterdir() if jobs.exists() else [])
+            if (p / "handle.json").exists()
+            and "kinetic/batch-driver" not in json.loads((p / "handle.json").read_text())["tags"]
+        )
 
     def batch_dir(self, group_id: str) -> Path:
         return self.root / "batches" / group_id
 
     def records(self, group_id: str) -> dict[int, dict[str, Any]]:
-        children = self.batch_dir(group_id) / "children"
-        if not children.exists():
-            return {}
-        out = {}
-        for p in children.glob("*.json"):
+        """Per input: launched attempts (from the launch ledger) and any staging error."""
+        out: dict[int, dict[str, Any]] = {}
+        ledger = self.batch_dir(group_id) / "launches"
+        tickets = []
+        for p in ledger.glob("*.json") if ledger.exists() else []:
             try:
-                out[int(p.stem)] = json.loads(p.read_text())
+                tickets.append((int(p.stem), json.loads(p.read_text())))
             except ValueError:
-                continue  # being replaced right now
+                continue  # being written right now
+        for _, t in sorted(tickets):
+            rec = out.setdefault(t["index"], {"index": t["index"], "attempts": [], "error": None})
+            rec["attempts"].append(child_job_id(group_id, t["index"], t["attempt"]))
+        children = self.batch_dir(group_id) / "children"
+        for p in children.glob("*.json") if children.exists() else []:
+            data = json.loads(p.read_text())
+            out.setdefault(data["index"], data)["error"] = data["error"]
         return out
 
     def handle(self, job_id: str) -> dict[str, Any]:
@@ -261,19 +275,20 @@ def test_big_batch_manifest_layout_is_linear(big: Big) -> None:
     assert manifest["max_concurrency"] == 16 and manifest["name"] == "square_or_fail"
     assert (group / "state" / "submission_complete").exists()
 
-    children = sorted((group / "children").iterdir())
-    assert sorted(p.name for p in children) == sorted(f"{i}.json" for i in range(200))
+    tickets = sorted((group / "launches").iterdir())
+    assert sorted(p.name for p in tickets) == sorted(f"{i}.json" for i in range(200))
+    assert not (group / "children").exists()  # only inputs that could not be staged get one
     records = big.store.records(big.batch.group_id)
     assert all(len(r["attempts"]) == 1 and r["error"] is None for r in records.values())
     jobs = big.batch.jobs
     assert [records[i]["attempts"][0] for i in range(200)] == [j.job_id for j in jobs if j]
 
-    # The header was written before the first child existed.
-    assert manifest_path.stat().st_mtime <= min(p.stat().st_mtime for p in children)
+    # The header was written before the first child was launched.
+    assert manifest_path.stat().st_mtime <= min(p.stat().st_mtime for p in tickets)
     assert manifest["created_at"] <= min(j.created_at for j in jobs if j)
-    # Bookkeeping is one small record per child: nothing grows with the batch.
-    assert manifest_path.stat().st_size < 4096
-    assert max(p.stat().st_size for p in children) < 512
+    # Bookkeeping is one small ticket per launch: nothing grows with the batch.
+    assert manifest_path.stat().st_size < 8192
+    assert max(p.stat().st_size for p in tickets) < 512
 
 
 def test_bulk_status_is_one_backend_poll_per_call(
@@ -358,9 +373,10 @@ def test_as_completed_streams_while_later_inputs_are_still_being_submitted(store
     for job in batch.as_completed(timeout=90):
         seen.append(index_of(job))
         if len(seen) == 1:
-            # Children 1 and 2 hold both slots until the gate opens: 3 cannot be submitted yet.
+            # Children 1 and 2 hold both slots until the gate opens: 3 cannot be launched yet
+            # (its call is staged: the batch is registered).
             assert seen == [0]
-            assert not batch.submission_complete
+            assert batch.submission_complete
             assert batch.statuses()[3] == "UNSUBMITTED"
             assert batch.jobs[3] is None
             wait_until(lambda: len(os.listdir(slots)) == 2, 60, "children 1 and 2 running")
@@ -481,6 +497,33 @@ def test_retries_of_a_signed_batch_stay_signed(store: Store) -> None:
     assert kc.attach_batch(batch.group_id, target=target).results(cleanup=False, timeout=60) == [0]
 
 
+@pytest.mark.timeout(120)
+def test_a_forged_manifest_of_a_signed_batch_is_refused(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver launches children from the manifest (their import path and folder): with
+    a signing key, an edited manifest is refused before anything acts on it."""
+    target = kc.Target(storage=store.uri, signing_key="batch-secret")
+    batch = kc.submit_map(h.square_or_fail, [1, 2], target=target)
+    assert batch.results(cleanup=False, timeout=90) == [1, 4]
+    path = store.batch_dir(batch.group_id) / "manifest.json"
+    manifest = json.loads(path.read_text())
+    assert manifest["hmac"]
+    manifest["python_path"] = ["/tmp/attacker"]
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(kc.CorruptRecord, match="invalid signature"):
+        kc.attach_batch(batch.group_id, target=target)
+    with monkeypatch.context() as m:  # the detached driver's entry point, its key in its env
+        m.setenv("KINETIC_SIGNING_KEY", "batch-secret")
+        with pytest.raises(kc.CorruptRecord):
+            drive_batch(batch.group_id, store.uri)
+    del manifest["hmac"]
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(kc.CorruptRecord, match="unsigned"):
+        kc.attach_batch(batch.group_id, target=target)
+    assert kc.attach_batch(batch.group_id, target=kc.Target(storage=store.uri)).total == 2
+
+
 # ---- submission failures, cleanup -----------------------------------------------------------
 
 
@@ -500,10 +543,10 @@ def test_submission_failure_is_recorded_and_reported(
     assert (
         record["attempts"] == [] and "Picky inputs cannot be pickled" in record["error"]["message"]
     )
-    assert len(store.job_ids()) == 2  # nothing half-written for the failed child
-
     values = batch.results(return_exceptions=True, cleanup=False, timeout=90)
     assert values[0] == 0 and values[2] == 2 and isinstance(values[1], kc.SubmissionError)
+    assert len(store.job_ids()) == 2  # nothing half-written for the failed child
+    assert not (store.root / "jobs" / child_job_id(batch.group_id, 1, 1)).exists()
 
     # Another process tells "failed to submit" apart and finishes on its own.
     attached = kc.attach_batch(batch.group_id, target=store.target, poll_timeout=90)
@@ -567,63 +610,158 @@ def test_attach_from_another_process_while_submitting(store: Store, spawn: Any) 
     assert batch.results(timeout=60) == list(range(16))
 
 
+def wait_statuses(batch: kc.BatchHandle, timeout: float) -> list[str]:
+    """Watch without driving: ``statuses()`` reads; it never launches a child."""
+
+    def final() -> list[str] | None:
+        statuses = batch.statuses()
+        return statuses if all(s.terminal for s in statuses) else None
+
+    return wait_until(final, timeout, "every child final")
+
+
+def ledger(store: Store, group_id: str) -> list[dict[str, Any]]:
+    folder = store.batch_dir(group_id) / "launches"
+    return [json.loads(p.read_text()) for p in sorted(folder.iterdir(), key=lambda p: int(p.stem))]
+
+
 @pytest.mark.timeout(180)
-def test_killed_submitter_then_attach_and_idempotent_resubmit(
-    store: Store, spawn: Any, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("end", ["exits", "sigkilled"])
+def test_batch_runs_to_the_end_after_its_submitter_is_gone(
+    store: Store, spawn: Any, end: str
 ) -> None:
-    gate = store.path("gate")
-    inputs = [[i, gate] for i in range(10)]
-    spec = {
-        "fn": "gated",
-        "inputs": inputs,
-        "max_concurrency": 3,
-        "idempotency_key": "nightly/kill",
-    }
-    proc = spawn(h.SUBMITTER, store.uri, json.dumps(spec))
+    """submit_map returns once the calls are staged; the submitter exits (or is killed
+    at once) and the detached driver runs every child, max_concurrency respected."""
+    slots = store.path("slots")
+    os.mkdir(slots)
+    spec = {"fn": "slotted", "inputs": [[i, slots, 0.3] for i in range(10)], "max_concurrency": 3}
+    proc = spawn(
+        h.SUBMIT_AND_EXIT, store.uri, json.dumps(spec), "linger" if end == "sigkilled" else ""
+    )
     group_id = Lines(proc).next_json(60, "the group id")["group_id"]
-    wait_until(lambda: len(store.records(group_id)) == 3, 60, "3 recorded children")
-    proc.send_signal(signal.SIGKILL)
+    if end == "sigkilled":
+        proc.send_signal(signal.SIGKILL)
     proc.wait(30)
+    assert store.batch_dir(group_id).joinpath("state", "submission_complete").exists()
 
     batch = kc.attach_batch(group_id, target=store.target, poll_timeout=120)
-    assert [j is not None for j in batch.jobs] == [True] * 3 + [False] * 7
-    assert not batch.submission_complete
-    # The submitter's pid is dead on this host: abandonment is seen at once.
-    assert batch.submission_abandoned
-    assert sorted(batch.submission_failures) == list(range(3, 10))
-    assert "submit_map again" in str(batch.submission_failures[3])
-    assert batch.statuses()[3:] == ["SUBMIT_FAILED"] * 7
+    assert wait_statuses(batch, 120) == ["SUCCEEDED"] * 10
+    assert sorted(v for v, _ in h.runs(slots)) == list(range(10)), "each child ran once"
+    assert h.most_seen(slots) <= 3, "max_concurrency was exceeded"
+    assert len(ledger(store, group_id)) == 10
+    assert batch.results(cleanup=False, timeout=30) == list(range(10))
 
-    open_gate(gate)
-    with pytest.raises(kc.BatchError) as info:
-        batch.results(cleanup=False, timeout=90)  # finishes on its own: nothing left to wait for
-    err = info.value
-    assert str(err) == f"Batch {group_id}: 7 of 10 jobs failed"
-    assert err.failures == [] and sorted(err.submission_failures) == list(range(3, 10))
-    assert err.partial_results == [0, 1, 2] + [None] * 7
 
-    # A submitter on another host cannot be checked by pid: only a stale heartbeat counts.
-    beat = store.batch_dir(group_id) / "state" / "submitter.json"
-    beat.write_text(json.dumps({"at": time.time(), "host": "another-host", "pid": 1}))
-    fresh = kc.attach_batch(group_id, target=store.target)
-    assert fresh.statuses()[3:] == ["UNSUBMITTED"] * 7
-    assert fresh.submission_failures == {}
-    with monkeypatch.context() as m:
-        m.setattr(batch_records, "STALE_AFTER", 0.0)
-        assert fresh.statuses()[3:] == ["SUBMIT_FAILED"] * 7
-
-    # The orchestrator retries: same key -> same batch, only the 7 missing children.
-    assert len(store.job_ids()) == 3
-    again = kc.submit_map(
-        h.gated, inputs, target=store.target, max_concurrency=3, idempotency_key="nightly/kill"
+@pytest.mark.timeout(180)
+def test_two_drivers_racing_launch_each_child_once(store: Store, spawn: Any) -> None:
+    """Besides the detached driver, two more drivers started on purpose for one batch:
+    each child runs once and never more than max_concurrency together."""
+    slots = store.path("slots")
+    os.mkdir(slots)
+    batch = kc.submit_map(
+        h.slotted, [(i, slots, 0.2) for i in range(16)], target=store.target, max_concurrency=2
     )
-    assert again.group_id == group_id
-    again.wait_submitted(90)
-    assert len(store.job_ids()) == 10
-    records = store.records(group_id)
-    assert all(len(records[i]["attempts"]) == 1 for i in range(10))
-    assert again.results(cleanup=False, timeout=90) == list(range(10))
-    assert again.submission_complete and again.submission_failures == {}
+    drivers = [spawn(h.DRIVER, store.uri, batch.group_id) for _ in range(2)]
+    for proc in drivers:
+        assert proc.wait(150) == 0, proc.stderr.read() if proc.stderr else ""
+    assert wait_statuses(batch, 60) == ["SUCCEEDED"] * 16
+    assert sorted(v for v, _ in h.runs(slots)) == list(range(16)), "a child ran twice"
+    assert h.most_seen(slots) <= 2, "max_concurrency was exceeded"
+    tickets = ledger(store, batch.group_id)
+    assert sorted(t["index"] for t in tickets) == list(range(16))
+
+
+@pytest.mark.timeout(120)
+def test_a_ticket_whose_launcher_died_is_launched_by_another_driver(store: Store) -> None:
+    """A driver took a ticket and died before launching it: the next step launches it."""
+    gate = store.path("gate")
+    slots = store.path("slots")
+    os.mkdir(slots)
+    batch = kc.submit_map(
+        h.gated,
+        [{"value": 0, "gate": gate, "slots": slots}, {"value": 1, "slots": slots}],
+        target=store.target,
+        max_concurrency=1,
+    )
+    running_children(store, batch.group_id, 1)  # child 0 holds the only slot
+    dead = {"index": 1, "attempt": 1, "at": time.time(), "by": "gone:1"}
+    (store.batch_dir(batch.group_id) / "launches" / "1.json").write_text(json.dumps(dead))
+    open_gate(gate)
+    assert batch.results(cleanup=False, timeout=90) == [0, 1]
+    assert [t["index"] for t in ledger(store, batch.group_id)] == [0, 1]
+    assert len(store.job_ids()) == 2
+
+
+@pytest.mark.timeout(180)
+def test_cancelled_children_of_a_batch_whose_submitter_died_read_cancelled(
+    store: Store, spawn: Any
+) -> None:
+    """Regression: children a cancel kept from launching read CANCELLED (they read
+    SUBMIT_FAILED, with a JobCancelled inside, once the submitter was gone)."""
+    never = store.path("never-opened")
+    spec = {"fn": "gated", "inputs": [[i, never] for i in range(6)], "max_concurrency": 2}
+    proc = spawn(h.SUBMIT_AND_EXIT, store.uri, json.dumps(spec), "linger")
+    group_id = Lines(proc).next_json(60, "the group id")["group_id"]
+    running_children(store, group_id, 2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    batch = kc.attach_batch(group_id, target=store.target, poll_timeout=90)
+    batch.cancel()
+    assert batch.wait(timeout=60) == ["CANCELLED"] * 6
+    assert batch.status_counts() == {"CANCELLED": 6}
+    assert [f.status for f in batch.failed_children()] == ["CANCELLED"] * 6
+    final = list(batch.progress(timeout=30))[-1]
+    assert final.counts == {kc.ChildStatus.CANCELLED: 6}
+
+
+@pytest.mark.timeout(180)
+def test_fail_fast_stops_the_batch_and_cancels_the_rest(store: Store) -> None:
+    """20 inputs, child 3 fails, max_concurrency=4: nothing is launched after the failure
+    was observed (within one poll interval), the rest read CANCELLED."""
+    slots = store.path("slots")
+    os.mkdir(slots)
+    target = kc.Target(storage=store.uri, poll_interval=0.5)
+    batch = kc.submit_map(
+        h.slotted,
+        [{"value": i, "slots": slots, "then_sleep": 3.0, "fail": 3} for i in range(20)],
+        target=target,
+        max_concurrency=4,
+        fail_fast=True,
+    )
+    statuses = wait_statuses(batch, 120)
+    assert statuses[3] == "FAILED"
+    others = [s for i, s in enumerate(statuses) if i != 3]
+    assert set(others) <= {"SUCCEEDED", "CANCELLED"}, statuses
+    assert others.count("CANCELLED") >= 20 - 4 - 4, statuses  # at most 4 more ran before 3 ended
+    observed = (store.batch_dir(batch.group_id) / "state" / "failed_fast").stat().st_mtime
+    late = [t for t in ledger(store, batch.group_id) if t["at"] > observed + 0.5]
+    assert late == [], f"children launched after the failure was observed: {late}"
+    assert h.most_seen(slots) <= 4
+    with pytest.raises(kc.BatchError) as info:
+        batch.results(cleanup=False, timeout=60)
+    err = info.value
+    assert 3 in [index_of(j) for j in err.failures]
+    assert "child 3 fails on purpose" in err.reports[3]  # the remote exception
+    assert 'raise RuntimeError(f"child {value} fails on purpose")' in err.reports[3]  # traceback
+    assert all(isinstance(e, kc.JobCancelled) for e in err.submission_failures.values())
+    assert all("fail_fast" in str(e) for e in err.submission_failures.values())
+
+
+@pytest.mark.timeout(120)
+def test_log_tail_prefixes_child_lines_and_bounds_them_per_read(store: Store) -> None:
+    batch = kc.submit_map(h.chatty, [(i, 30) for i in range(3)], target=store.target)
+    tail = batch.log_tail(lines_per_child=5)
+    reads = []
+    for _ in batch.progress(timeout=90):
+        reads.append(tail.read())
+    lines = [line for read in reads for line in read]
+    for i in range(3):
+        mine = [line for read in reads for line in read if line.startswith(f"[child {i}] ")]
+        assert f"[child {i}] line 29 of {i}" in mine  # the last line always shows
+        for read in reads:  # at most 5 lines of a child per read, plus a skipped note
+            own = [line for line in read if line.startswith(f"[child {i}] line")]
+            assert len(own) <= 5
+    assert any("lines skipped" in line for line in lines)
 
 
 def cli_cancel(store: Store, group_id: str) -> None:
@@ -743,11 +881,11 @@ def test_orchestrator_retry_resubmits_only_missing_and_failed_children(
     retry = kc.submit_map(h.fail_while, inputs, target=store.target, idempotency_key=key)
     assert retry.group_id == first.group_id
     retry.wait_submitted(90)
+    assert retry.results(cleanup=False, timeout=90) == [0, 1, 2, 3, 4, 5]
     assert len(store.job_ids()) == 5 + 3, (
         "the retry should submit new attempts for the 2 failed children and the one that "
         f"failed to submit, and nothing else; storage has {len(store.job_ids())} jobs"
     )
-    assert retry.results(cleanup=False, timeout=90) == [0, 1, 2, 3, 4, 5]
     records = store.records(first.group_id)
     assert [len(records[i]["attempts"]) for i in range(6)] == [1, 2, 1, 1, 2, 1]
 
@@ -755,8 +893,8 @@ def test_orchestrator_retry_resubmits_only_missing_and_failed_children(
     again = kc.submit_map(h.fail_while, inputs, target=store.target, idempotency_key=key)
     again.wait_submitted(60)
     assert again.group_id == first.group_id
-    assert len(store.job_ids()) == 8
     assert again.results(cleanup=False, timeout=60) == [0, 1, 2, 3, 4, 5]
+    assert len(store.job_ids()) == 8
 
 
 @pytest.mark.timeout(60)
@@ -765,8 +903,8 @@ def test_idempotent_resubmit_with_other_inputs_is_refused(store: Store) -> None:
     batch.wait_submitted(30)
     with pytest.raises(kc.ConfigError, match="use a new key"):
         kc.submit_map(h.square_or_fail, [1, 2, 3], target=store.target, idempotency_key="k-inputs")
-    assert len(store.job_ids()) == 2
     assert batch.results(timeout=60) == [1, 4]
+    assert len(store.job_ids()) == 2
 
 
 # ---- async ----------------------------------------------------------------------------------
@@ -809,6 +947,10 @@ def test_async_aas_completed_and_aresults(store: Store) -> None:
 BAD_CALLS: dict[str, tuple[type[Exception], Callable[[kc.Target], Any]]] = {
     "empty inputs": (kc.ConfigError, lambda t: kc.submit_map(h.describe, [], target=t)),
     "string inputs": (kc.ConfigError, lambda t: kc.submit_map(h.describe, "abc", target=t)),
+    "fail_fast not a bool": (
+        kc.ConfigError,
+        lambda t: kc.submit_map(h.describe, [1], target=t, fail_fast="yes"),
+    ),
     "max_concurrency 0": (
         kc.ConfigError,
         lambda t: kc.submit_map(h.describe, [1], target=t, max_concurrency=0),

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
+from kinetic_core.batch.driver import driver_jobs
 from kinetic_core.cli import main
 from tests.cleanup import kill_leftovers
 from tests.core import batch_helpers as h
@@ -225,8 +226,12 @@ def test_cleanup_frees_backend_and_stored_envelopes(
     jobs = [j for j in batch.jobs if j]
     assert all((own_store / "backend-local" / j.job_id).exists() for j in jobs)
 
+    drivers = driver_jobs(batch.records)
+    assert len(drivers) == 1
+    drivers[0].wait(timeout=60)  # the detached driver ends once every child is final
     rc, out, _ = cli(capsys, uri, "cleanup", batch.group_id)
     assert rc == 0 and out.strip() == f"{batch.group_id}: cleaned up"
+    assert not (own_store / "backend-local" / drivers[0].job_id).exists()
     for job in jobs:
         assert not (own_store / "backend-local" / job.job_id).exists()
         assert not (own_store / "jobs" / job.job_id / "payload.pkl").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,9 @@ def test_attached_handle_sees_the_attempt_another_process_retried(
         )
         batch.wait_submitted(60)
         stale = kc.attach_batch(batch.group_id, target=target, poll_timeout=90)
+        deadline = time.monotonic() + 60
+        while stale.jobs[0] is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the detached driver launches it
         first = stale.jobs[0]
         assert first is not None and first.attempt == 1  # it has read the child's record
         assert batch.wait(timeout=90) == ["SUCCEEDED"]  # attempt 1 failed, attempt 2 ran

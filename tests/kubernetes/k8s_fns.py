@@ -103,3 +103,19 @@ def pod_view(
         "files": sorted(os.listdir(folder)),
         "sidecar_wrote": open(os.path.join(folder, wait_for)).read().strip(),
     }
+
+
+def slotted(value: int, slots: str, then_sleep: float = 0.3) -> int:
+    """Records its run (``{slots}.runs``) and how many children held a slot when it
+    started (``{slots}.seen-{value}``), as tests/core/batch_helpers.slotted does."""
+    with open(f"{slots}.runs", "a") as fh:
+        fh.write(f"{value} {os.getpid()}\n")
+    held = os.path.join(slots, f"{value}-{os.getpid()}")
+    open(held, "w").close()
+    try:
+        with open(f"{slots}.seen-{value}-{os.getpid()}", "w") as fh:
+            fh.write(str(len(os.listdir(slots))))
+        time.sleep(then_sleep)
+        return value
+    finally:
+        os.unlink(held)

@@ -88,3 +88,12 @@ def lost_once(workdir: str) -> str:
         checkpoint.write_text("step 5")
         os.killpg(os.getpgrp(), signal.SIGKILL)
     return f"resumed from {checkpoint.read_text()}"
+
+
+def say_or_fail(x: int) -> int:
+    """Prints a line; input 3 fails, the others take a while (a fail_fast batch stops)."""
+    print(f"child says {x}", flush=True)
+    if x == 3:
+        raise ValueError("three fails")
+    time.sleep(1.0)
+    return x

@@ -58,6 +58,8 @@ def test_kinetic_map_failure_raises_batch_error_and_retry_reattaches() -> None:
     exc = state.result(raise_on_failure=False)
     assert isinstance(exc, kc.BatchError)
     assert exc.partial_results[0] == 1 and len(exc.failures) == 1
+    assert "bad input 3" in exc.reports[1]  # the remote exception, with its traceback
+    assert 'raise ValueError(f"bad input {x}")' in exc.reports[1]
     # The Prefect retry reattached to the same batch: the succeeded child did not run
     # again; only the failed one got another attempt.
     jobs = kc.list_jobs(name="maybe_fail")
@@ -76,3 +78,24 @@ def test_kinetic_map_bad_options(bad: dict[str, object]) -> None:
     exc = sweep_bad(return_state=True).result(raise_on_failure=False)
     assert isinstance(exc, kc.ConfigError)
     assert kc.list_jobs() == []
+
+
+def test_kinetic_map_fail_fast_and_child_log_lines(caplog: pytest.LogCaptureFixture) -> None:
+    @flow
+    def sweep_fast() -> list[object]:
+        return kinetic_map(
+            fns.say_or_fail,
+            inputs=list(range(10)),
+            max_concurrency=2,
+            fail_fast=True,
+            return_exceptions=True,
+            progress_interval=0.3,
+        )
+
+    values = sweep_fast(return_state=True).result()
+    assert isinstance(values[3], kc.RemoteError | ValueError | kc.JobFailed), values[3]
+    assert isinstance(values[-1], kc.JobCancelled), values[-1]
+    cancelled = [v for v in values if isinstance(v, kc.JobCancelled)]
+    assert len(cancelled) >= 5, values
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m == "[child 3] child says 3" for m in messages), messages[-30:]

@@ -29,9 +29,17 @@ class KineticBatchOperator(KineticBaseOperator):
     fails with a ``BatchError`` summary and the partial results in the log
     (``return_exceptions=True`` returns exceptions in place instead, rendered as strings).
 
+    The worker slot is freed as soon as every child's call is staged: the batch runs
+    detached (its own driver launches the children) and one trigger follows it, streaming
+    the children's log lines into the task log.
+
     :param inputs: one item per child job (templated).
     :param max_concurrency: children running at once.
     :param retries: per-child retries inside the batch.
+    :param fail_fast: stop the batch once a child failed for good (after its retries):
+        nothing more is launched and running children are cancelled.
+    :param log_lines_per_child: child log lines copied into the task log per child per
+        poll while deferred (0: none).
     """
 
     template_fields: Sequence[str] = ("inputs", "target", "job_tags")
@@ -47,6 +55,8 @@ class KineticBatchOperator(KineticBaseOperator):
         child_retries: int = 0,
         input_mode: str = "auto",
         return_exceptions: bool = False,
+        fail_fast: bool = False,
+        log_lines_per_child: int = 20,
         **kwargs: Any,
     ) -> None:
         if python_callable is None or not callable(python_callable):
@@ -58,6 +68,8 @@ class KineticBatchOperator(KineticBaseOperator):
         self.child_retries = child_retries
         self.input_mode = input_mode
         self.return_exceptions = return_exceptions
+        self.fail_fast = fail_fast
+        self.log_lines_per_child = log_lines_per_child
         self._batch: kc.BatchHandle | None = None
 
     def execute(self, context: Any) -> Any:
@@ -73,6 +85,7 @@ class KineticBatchOperator(KineticBaseOperator):
                 name=self.job_name or self.task_id,
                 tags=self.job_tags_for(context),
                 idempotency_key=self.key_for(context),
+                fail_fast=self.fail_fast,
             )
         except (kc.SerializationError, kc.ConfigError, kc.SubmissionError) as exc:
             raise AirflowFailException(
@@ -85,8 +98,7 @@ class KineticBatchOperator(KineticBaseOperator):
         for key, url in link_xcoms(None).items():  # a batch has no single job page
             context["ti"].xcom_push(key=key, value=url)
         store_set(state_store(context), STORE_GROUP_ID, batch.group_id)
-        batch.wait_submitted()
-        if self.deferrable:
+        if self.deferrable:  # the batch runs detached: free the worker slot now
             defer_to_trigger(self, batch, timeout=self.defer_timeout(context))
         batch.wait()
         return self.collect(context, batch)

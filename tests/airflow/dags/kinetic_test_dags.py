@@ -35,6 +35,7 @@ def big_result(n: int) -> dict:
 
 
 def square(x: int) -> int:
+    print(f"squaring {x}", flush=True)
     return x * x
 
 
