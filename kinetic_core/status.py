@@ -125,8 +125,10 @@ def _resolve_one(
 
     def decided(outcome: dict[str, Any]) -> JobState:
         ev = read_evidence(storage, ref.job_id)
-        if ev.finished is None:  # a stop, or a seal: the outcome carries the evidence
-            ev.finished = {"at": outcome.get("at"), "exit_code": outcome.get("exit_code")}
+        # A stop, a seal, or a runner between its outcome and its finished record: the
+        # outcome carries what the finished record does not (yet) say.
+        known = {k: v for k, v in (ev.finished or {}).items() if v is not None}
+        ev.finished = {"at": outcome.get("at"), "exit_code": outcome.get("exit_code"), **known}
         return state(
             JobStatus(outcome["status"]), outcome.get("reason"), outcome.get("message"), ev
         )

@@ -19,7 +19,7 @@ import pytest
 import kinetic_core as kc
 from kinetic_core import layout, records, runner
 from kinetic_core.backends import BackendState
-from kinetic_core.payload import success_body
+from kinetic_core.payload import failure_body, success_body
 from kinetic_core.polling import poll_ticks
 from kinetic_core.storage import open_storage
 from tests.core import jobfns
@@ -185,3 +185,19 @@ def test_cancel_racing_real_jobs_that_finish_never_flips(storage_uri: str, tmp_p
                 (s.status, s.reason) for s in late
             ]
     assert len(outcomes) == trials
+
+
+def test_a_runner_between_its_outcome_and_its_finished_record_shows_its_exit_code(
+    scripted: type[ScriptedBackend],
+) -> None:
+    """The runner writes the result, the outcome, then ``finished.json``; a reader in
+    between (the process still exiting: the backend says running) sees the outcome's
+    exit code and end time, not a half-known end."""
+    job = kc.submit(jobfns.add, (1, 2), target={"backend": "scripted"})
+    body = failure_body(SystemExit(75), phase="run", traceback_text="")
+    body["exit_code"] = 75
+    runner._store(open_storage(job.storage), job.job_id, body, None)
+    open_storage(job.storage).delete(layout.job_file(job.job_id, layout.FINISHED))
+    state = job.state()
+    assert (state.status, state.exit_code) == (kc.JobStatus.FAILED, 75), state
+    assert state.finished_at is not None

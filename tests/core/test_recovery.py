@@ -203,7 +203,8 @@ def test_signed_job_on_gcs_recovers_with_a_re_signed_payload(
     assert {(s.status, s.recoveries) for s in states} == {(kc.JobStatus.SUCCEEDED, 1)}
     successor = job.state().job_id
     assert {s.job_id for s in states} == {successor}
-    jobs = {n.split("/")[2] for n in gcs_emulator.server.object_names() if "/jobs/" in n}
+    prefix = uri.split("/", 3)[3] + "/jobs/"  # the emulator serves other tests' roots too
+    jobs = {n.split("/")[2] for n in gcs_emulator.server.object_names() if n.startswith(prefix)}
     assert jobs == {job.job_id, successor}
     assert kc.attach(job.job_id).result(timeout=120, cleanup=False)["resumed_from"] == 5
     header = read_summary(open_storage(uri), layout.job_file(successor, layout.PAYLOAD))
