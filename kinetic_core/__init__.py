@@ -40,6 +40,8 @@ _EXPORTS = {
     "run_in_background": "kinetic_core.polling",
     "on_background_loop": "kinetic_core.polling",
     "validate_id": "kinetic_core.ids",
+    "Data": "kinetic_core.data",
+    "sync_outputs": "kinetic_core.outputs",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -92,6 +94,7 @@ if TYPE_CHECKING:
         submit_map,
     )
     from kinetic_core.config import BACKENDS, Target, positive_seconds
+    from kinetic_core.data import Data
     from kinetic_core.decorator import RemoteFunction, run
     from kinetic_core.errors import (
         BackendError,
@@ -114,6 +117,7 @@ if TYPE_CHECKING:
     from kinetic_core.ids import validate_id
     from kinetic_core.jobs import JobHandle, attach, list_jobs
     from kinetic_core.logs import LogStream
+    from kinetic_core.outputs import sync_outputs
     from kinetic_core.polling import (
         SharedPoller,
         background_loop,

@@ -14,7 +14,9 @@ keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
 batches/{group_id}/state/{marker}         create-only markers and the submitter heartbeat
-outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR)
+outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR, synced)
+data/{digest}/                   a Data argument's files, content-addressed (create-only)
+data/{digest}.json               its manifest, written last: the data is complete
 ```
 
 Only this module spells these paths; everything else asks it. Callers validate ids first.
@@ -30,6 +32,7 @@ JOBS = "jobs"
 BATCHES = "batches"
 KEYS = "keys"
 OUTPUTS = "outputs"
+DATA = "data"
 
 # Files of one job.
 HANDLE = "handle.json"
@@ -85,6 +88,15 @@ def batch_state(group_id: str, name: str) -> str:
 
 def outputs(job_id: str) -> str:
     return f"{OUTPUTS}/{job_id}"
+
+
+def data_dir(digest: str) -> str:
+    """``data/{digest}``: the files of one uploaded Data (``digest`` is a sha256 hex)."""
+    return f"{DATA}/{digest}"
+
+
+def data_manifest(digest: str) -> str:
+    return f"{DATA}/{digest}.json"
 
 
 def output_dir(storage_uri: str, job_id: str) -> str:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 from typing import Any
 
-from kinetic_core import layout
+from kinetic_core import layout, outputs
 from kinetic_core.ids import validate_id
 from kinetic_core.payload import (
     dump_envelope,
@@ -68,13 +69,12 @@ def run_job(storage_uri: str, job_id: str) -> int:
         call = _load_call(storage, job_id, signing_key)
         os.environ.update(call.get("env") or {})
         os.environ["KINETIC_JOB_ID"] = job_id
-        out = layout.output_dir(storage_uri, job_id)
-        if storage_uri.startswith("file://"):
-            for folder in (os.path.dirname(out), out):  # makedirs' mode covers the leaf only
-                os.makedirs(folder, mode=0o700, exist_ok=True)
-        os.environ.setdefault("KINETIC_OUTPUT_DIR", out)
+        outputs.prepare(storage, job_id)
+        if not storage_uri.startswith("file://"):  # a cancel or deadline: sync, then die
+            signal.signal(signal.SIGTERM, lambda *_: _sync_and_die(storage_uri, job_id))
+        args, kwargs = _arrive(call, storage, job_id)
         phase = "run"
-        value = call["fn"](*call.get("args", ()), **call.get("kwargs", {}))
+        value = call["fn"](*args, **kwargs)
         if hasattr(value, "__await__"):  # an async function: asyncio only imported here
             import asyncio
 
@@ -84,8 +84,34 @@ def run_job(storage_uri: str, job_id: str) -> int:
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)
         body = failure_body(exc, phase=phase, traceback_text=tb)
+    outputs.finish(storage_uri, job_id)  # in storage before the state can read terminal
     _store(storage, job_id, body, signing_key)
     return 0 if body["success"] else 1
+
+
+def _arrive(call: dict[str, Any], storage: Storage, job_id: str) -> tuple[Any, Any]:
+    """The call's arguments with every Data as a local path; volumes in place."""
+    args, kwargs, volumes = call.get("args", ()), call.get("kwargs", {}), call.get("volumes")
+    if not call.get("has_data"):  # set by the submitter: no import cost for most jobs
+        return args, kwargs
+    from kinetic_core.data import DataRef, materialize, transform
+
+    scratch = os.path.join(outputs.local_root(job_id), "data")
+    for path, ref in (volumes or {}).items():
+        if not os.path.ismount(path):  # a GCS FUSE mount is already there
+            materialize(ref, storage, scratch, dest=path)
+
+    def arrive(ref: DataRef) -> str:
+        return materialize(ref, storage, scratch)
+
+    return transform(args, arrive, DataRef), transform(kwargs, arrive, DataRef)
+
+
+def _sync_and_die(storage_uri: str, job_id: str) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a cancel signals twice (group, supervisor)
+    outputs.sync_if_idle(storage_uri, job_id)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 async def _await(value: Any) -> Any:

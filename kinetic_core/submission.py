@@ -24,6 +24,8 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt
 from kinetic_core import layout
 from kinetic_core.backends import LaunchSpec, get_backend
 from kinetic_core.config import Target, validate_tags
+from kinetic_core.data import Data, check_volumes, fuse_volumes
+from kinetic_core.data import prepare as prepare_data
 from kinetic_core.errors import ConfigError, JobNotFound, KineticError, SubmissionError
 from kinetic_core.ids import keyed_id, new_id
 from kinetic_core.jobs import JobHandle, load_handle
@@ -92,6 +94,7 @@ def submit(
     name: str | None = None,
     tags: dict[str, str] | None = None,
     reuse_succeeded: bool = False,
+    volumes: dict[str, Data] | None = None,
 ) -> JobHandle:
     """Submit ``fn(*args, **kwargs)`` as a detached job and return its handle at once.
 
@@ -100,6 +103,9 @@ def submit(
     submitters with one key create exactly one job. ``reuse_succeeded=True`` also reuses
     a succeeded attempt whose result was already collected (keep it with
     ``result(cleanup=False)``), e.g. so a whole-pipeline retry does not rerun it.
+
+    Every ``Data`` in the arguments arrives in the job as a local path; ``volumes`` maps
+    absolute paths in the job to ``Data`` (Kubernetes backends; see docs/data.md).
     """
     args, kwargs = _check_call(fn, args, kwargs)
     resolved = Target.coerce(target).resolve()
@@ -114,6 +120,8 @@ def submit(
         "kwargs": kwargs,
         "env": {n: os.environ[n] for n in resolved.env or []},
     }
+    mounts = check_volumes(volumes, str(resolved.backend))
+    call = prepare_data(call, mounts, open_storage(resolved.storage or ""))
     plan = _Submission(resolved, call, _by_value_modules(fn, resolved), job_name, all_tags)
     if idempotency_key is None:
         return plan.create(new_id(job_name), attempt=1, key=None)
@@ -185,6 +193,7 @@ class _Submission:
                         labels={"kinetic/job-id": job_id, **self.tags},
                         python_path=[p for p in sys.path if p],
                         workdir=os.getcwd(),
+                        fuse_volumes=fuse_volumes(self.call),
                     )
                 )
             except FileExistsError:
