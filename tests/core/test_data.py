@@ -269,3 +269,16 @@ def test_next_attempt_of_a_key_starts_with_the_last_checkpoint(any_storage: str)
     # attempt 2's own outputs hold the finished checkpoint (what attempt 3 would inherit)
     storage = open_storage(any_storage)
     assert "ckpt.json" in storage.walk(f"outputs/{second.job_id}")
+
+
+def test_regression_output_dir_on_gs_storage_is_a_local_folder(
+    gcs_emulator: object, storage_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11: on gs:// storage KINETIC_OUTPUT_DIR was a 'gs://...' string, so open()
+    wrote to a local folder named './gs:/...' that no other machine could read."""
+    monkeypatch.setenv("KINETIC_STORAGE", f"gs://kinetic-test/reg-{os.urandom(4).hex()}")
+    job = kc.submit(jobfns.write_output, ("model.txt", "weights"))
+    path = job.result(timeout=60)
+    assert os.path.isabs(path) and "gs:" not in path
+    stored = open_storage(os.environ["KINETIC_STORAGE"]).read_bytes(f"outputs/{job.job_id}/model.txt")
+    assert stored == b"weights"

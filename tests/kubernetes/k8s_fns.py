@@ -27,3 +27,13 @@ def slow_talk(lines: int, pause: float) -> int:
 
 def sleep(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def data_round_trip(arg: str, mounted: str) -> dict[str, object]:
+    """Read a Data argument and a Data volume; write the output folder."""
+    with open(arg) as fh:
+        text = fh.read()
+    names = sorted(os.listdir(mounted))
+    with open(os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "seen.txt"), "w") as fh:
+        fh.write(text + "|" + ",".join(names))
+    return {"arg": text, "mounted": names, "out": os.environ["KINETIC_OUTPUT_DIR"]}

@@ -100,6 +100,8 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
     }
     if t.life_span:
         job_spec["activeDeadlineSeconds"] = math.ceil(t.life_span)
+    if t.backend == "gke":
+        add_fuse_volumes(job_spec["template"], container, spec.fuse_volumes)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -115,6 +117,32 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
         },
         "spec": job_spec,
     }
+
+
+FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+
+
+def add_fuse_volumes(
+    template: dict[str, Any], container: dict[str, Any], volumes: dict[str, str]
+) -> None:
+    """Mount each ``gs://bucket/prefix/`` at its path through the GCS FUSE CSI driver
+    (``volumes={path: Data(uri, fuse=True)}`` on GKE); the runner finds them mounted."""
+    if not volumes:
+        return
+    annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations["gke-gcsfuse/volumes"] = "true"
+    pod_volumes = template["spec"].setdefault("volumes", [])
+    mounts = container.setdefault("volumeMounts", [])
+    for index, (path, uri) in enumerate(sorted(volumes.items())):
+        bucket, _, prefix = uri[len("gs://") :].partition("/")
+        attributes = {"bucketName": bucket}
+        if prefix.strip("/"):
+            attributes["mountOptions"] = f"only-dir={prefix.strip('/')}"
+        name = f"kinetic-data-{index}"
+        pod_volumes.append(
+            {"name": name, "csi": {"driver": FUSE_DRIVER, "volumeAttributes": attributes}}
+        )
+        mounts.append({"name": name, "mountPath": path, "readOnly": True})
 
 
 def secret_manifest(spec: LaunchSpec) -> dict[str, Any]:
