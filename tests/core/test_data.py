@@ -280,5 +280,7 @@ def test_regression_output_dir_on_gs_storage_is_a_local_folder(
     job = kc.submit(jobfns.write_output, ("model.txt", "weights"))
     path = job.result(timeout=60)
     assert os.path.isabs(path) and "gs:" not in path
-    stored = open_storage(os.environ["KINETIC_STORAGE"]).read_bytes(f"outputs/{job.job_id}/model.txt")
+    stored = open_storage(os.environ["KINETIC_STORAGE"]).read_bytes(
+        f"outputs/{job.job_id}/model.txt"
+    )
     assert stored == b"weights"
