@@ -19,8 +19,8 @@ import logging
 import os
 import posixpath
 import stat
+import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 #: Parallel transfers: enough to hide per-object latency on GCS, few enough for a laptop.
 WORKERS = 16
+#: Hashing is CPU-bound: one thread per core (hashlib releases the GIL).
+HASHERS = max(2, os.cpu_count() or 2)
 _CHUNK = 1 << 20
 
 
@@ -101,8 +103,13 @@ class _Tree:
 
     def digest(self) -> str:
         if not self.hashes:
-            with ThreadPoolExecutor(WORKERS) as pool:
-                self.hashes = list(pool.map(lambda f: _file_hash(self.data, f[1]), self.files))
+            hashes = [""] * len(self.files)
+
+            def one(index: int) -> None:
+                hashes[index] = _file_hash(self.data, self.files[index][1])
+
+            parallel(one, range(len(self.files)), HASHERS)
+            self.hashes = hashes
         h = hashlib.sha256(b"dir:" if self.is_dir else b"file:")
         for (rel, _), digest in zip(self.files, self.hashes, strict=True):
             h.update(f"{rel}\0{digest}\n".encode())
@@ -343,15 +350,30 @@ def _upload(storage: Any, digest: str, tree: _Tree) -> None:
         pass
 
 
-def parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> None:
-    items = list(items)
-    if len(items) <= 1:
-        for item in items:
-            fn(item)
-        return
-    with ThreadPoolExecutor(min(WORKERS, len(items))) as pool:
-        for _ in pool.map(fn, items):
-            pass
+def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int = WORKERS) -> None:
+    """``fn(item)`` for every item on up to ``workers`` threads, each pulling the next item
+    (no future per item: thousands of small files cost no scheduling); the first error is
+    raised once all threads stopped."""
+    todo = iter(list(items))
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        for item in todo:  # a list iterator hands each item to exactly one thread
+            if errors:
+                return
+            try:
+                fn(item)
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 # ---- in the job ------------------------------------------------------------------------------
