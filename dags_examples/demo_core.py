@@ -74,7 +74,9 @@ def main() -> dict[str, float]:
         print(f"train    job {train_job.job_id}: {train_job.status()}")
         trained = train_job.result(timeout=300)
         state = train_job.state()
-        print(f"train    job {train_job.job_id}: {state.status} (exit {state.exit_code}) -> {trained}")
+        print(
+            f"train    job {train_job.job_id}: {state.status} (exit {state.exit_code}) -> {trained}"
+        )
 
         eval_job = evaluate.run_async(train_job.outputs, dataset)
         metrics = eval_job.result(timeout=300)

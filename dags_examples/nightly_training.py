@@ -158,8 +158,9 @@ with DAG(
     @task
     def publish(metrics: dict[str, Any]) -> dict[str, Any]:
         """Run the registry job (one attempt per DAG run, same key: it inherits the best)."""
+        from kinetic_airflow import KineticHook
+
         import kinetic_core as kc
-        from kinetic_airflow.hooks import KineticHook
 
         job = kc.submit(
             update_registry,
