@@ -37,3 +37,11 @@ def data_round_trip(arg: str, mounted: str) -> dict[str, object]:
     with open(os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "seen.txt"), "w") as fh:
         fh.write(text + "|" + ",".join(names))
     return {"arg": text, "mounted": names, "out": os.environ["KINETIC_OUTPUT_DIR"]}
+
+
+def where_am_i() -> dict[str, object]:
+    return {
+        "cwd": os.getcwd(),
+        "cwd_entries": sorted(os.listdir(".")),
+        "env": sorted(os.environ),
+    }

@@ -404,3 +404,21 @@ def test_data_arguments_volumes_and_outputs_on_gcs(
     assert not str(value["out"]).startswith("gs:")
     got = Path(job.download_outputs(tmp_path / "got"))
     assert (got / "seen.txt").read_text() == "hello|x.csv"
+
+
+def test_pods_get_the_manifest_env_and_a_fresh_working_directory(
+    kube: kc.Target, gcs_emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing passes to a pod by accident: not the agent's (or submitter's) environment,
+    not the submitter's working directory; the emulator endpoint comes from the manifest."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "local-only.txt").write_text("x")
+    job = kc.submit(
+        k8s_fns.where_am_i,
+        target=kube.merge({"storage": gcs_emulator.uri(f"k8s-env-{os.urandom(3).hex()}")}),
+    )
+    seen = job.result(timeout=180)
+    assert seen["cwd"] != str(tmp_path) and seen["cwd_entries"] == []
+    assert "STORAGE_EMULATOR_HOST" in seen["env"]  # from the manifest
+    assert "KINETIC_KILL_GRACE" not in seen["env"]  # set in the test process, not the pod's
+    assert "KUBECONFIG" not in seen["env"]

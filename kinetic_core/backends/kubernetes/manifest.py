@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import math
+import os
 import re
 from typing import Any
 
@@ -79,6 +80,7 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
         )
     if t.project:
         env.append({"name": "GOOGLE_CLOUD_PROJECT", "value": t.project})
+    env.extend(storage_env(spec.storage_uri))
     container: dict[str, Any] = {
         "name": "runner",
         "image": t.image or DEFAULT_IMAGE,
@@ -117,6 +119,16 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
         },
         "spec": job_spec,
     }
+
+
+def storage_env(storage_uri: str) -> list[dict[str, str]]:
+    """A gs:// root served by a GCS emulator (STORAGE_EMULATOR_HOST where the job is
+    submitted) is served by the same emulator in the pod: the job must reach the storage
+    its submitter wrote."""
+    host = os.environ.get("STORAGE_EMULATOR_HOST")
+    if storage_uri.startswith("gs://") and host:
+        return [{"name": "STORAGE_EMULATOR_HOST", "value": host}]
+    return []
 
 
 FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"

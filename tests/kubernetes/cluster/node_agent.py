@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
@@ -54,6 +55,9 @@ HEARTBEAT_SECONDS = 10
 LEASE_SECONDS = 40
 NODE_IP = "127.0.0.1"
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
+# What a container image provides: the interpreter and its packages. Nothing else of the
+# agent's environment reaches a pod; everything else comes from the manifest.
+IMAGE_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "TZ")
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 
 
@@ -461,6 +465,8 @@ class Agent:
         )
         code = run.proc.wait()
         pump.join()
+        if cwd and cwd.startswith(str(self.state_dir / "pods")):
+            shutil.rmtree(cwd, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             (self.pid_dir / run.uid).unlink()
         code = 128 - code if code < 0 else code  # killed by signal N -> 128+N
@@ -501,7 +507,7 @@ class Agent:
 
     def _command(self, pod: dict[str, Any]) -> tuple[list[str], dict[str, str], str | None]:
         container = pod["spec"]["containers"][0]
-        env = dict(os.environ)
+        env = {k: os.environ[k] for k in IMAGE_ENV if k in os.environ}
         for item in container.get("envFrom") or []:
             env.update(self._env_from(pod["metadata"]["namespace"], item))
         for item in container.get("env") or []:
@@ -515,6 +521,10 @@ class Agent:
         cwd = container.get("workingDir") or None
         if cwd and not os.path.isdir(cwd):
             raise ValueError(f"workingDir {cwd!r} does not exist on this machine")
+        if cwd is None:  # a fresh folder, as a container's own filesystem: no shared disk
+            cwd = str(self.state_dir / "pods" / pod["metadata"]["uid"])
+            os.makedirs(cwd, exist_ok=True)
+            env["HOME"] = cwd
         return argv, env, cwd
 
     def _env_from(self, namespace: str, item: dict[str, Any]) -> dict[str, str]:
