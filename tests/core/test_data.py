@@ -284,3 +284,20 @@ def test_regression_output_dir_on_gs_storage_is_a_local_folder(
         f"outputs/{job.job_id}/model.txt"
     )
     assert stored == b"weights"
+
+
+def test_an_attempt_created_outside_submit_inherits_too(any_storage: str) -> None:
+    """Inheritance lives in the job: an attempt made by anything that creates attempt N+1 of
+    a key with its deterministic id (a recovery, a batch retry) starts with N's outputs."""
+    from kinetic_core.config import Target
+    from kinetic_core.ids import keyed_id
+    from kinetic_core.submission import _Submission
+
+    key = f"recover-{os.urandom(4).hex()}"
+    first = kc.submit(jobfns.checkpointed, (4, 2), idempotency_key=key)
+    with pytest.raises(RuntimeError):
+        first.result(timeout=60)
+    call = {"fn": jobfns.checkpointed, "args": (4, 2), "kwargs": {}, "env": {}}
+    plan = _Submission(Target().resolve(), call, [], "recovered", {})
+    second = plan.create(keyed_id(key, 2), attempt=2, key=key)
+    assert second.result(timeout=60) == [0, 1, 2, 3]
