@@ -62,7 +62,7 @@ test-kubernetes: env k8s-binaries
 	.venv/bin/pytest tests/kubernetes $(PYTEST_FLAGS)
 
 ## the whole Airflow suite on the newest (locked) and the oldest supported minor
-test-airflow: env-airflow env-airflow-oldest
+test-airflow: env-airflow env-airflow-oldest k8s-binaries
 	.venv-airflow/bin/mypy providers/kinetic_airflow
 	.venv-airflow/bin/pytest tests/airflow $(PYTEST_FLAGS)
 	$(AIRFLOW_OLDEST_ENV)/bin/pytest tests/airflow $(PYTEST_FLAGS)

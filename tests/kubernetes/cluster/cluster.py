@@ -45,7 +45,7 @@ CACHE_ROOT = Path(
 )
 BIN_DIR = CACHE_ROOT / K8S_VERSION / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
-NODE_NAMES = ("node-cpu", "node-gpu", "node-tpu", "node-spot")
+NODE_NAMES = ("node-cpu", "node-gpu", "node-tpu", "node-spot", "node-tpu-spot")
 CONTEXT = "kinetic-test"
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1

@@ -91,6 +91,19 @@ DEFAULT_NODES: tuple[NodeSpec, ...] = (
         labels={"cloud.google.com/gke-spot": "true"},
         taints=[{"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}],
     ),
+    NodeSpec(  # a spot TPU slice, as the nightly example's `train` asks for
+        "node-tpu-spot",
+        labels={
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+            "cloud.google.com/gke-tpu-topology": "2x4",
+            "cloud.google.com/gke-spot": "true",
+        },
+        extra_capacity={"google.com/tpu": "8"},
+        taints=[
+            {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"},
+            {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"},
+        ],
+    ),
 )
 
 
