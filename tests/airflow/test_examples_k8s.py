@@ -18,19 +18,13 @@ from kinetic_core.storage import open_storage
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "kubernetes"))
 
-from cluster.cluster import CONTEXT, TestCluster, ensure_built  # noqa: E402
+from cluster.cluster import TestCluster, kinetic_env, running_cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cluster(gcs_emulator: Any) -> Iterator[TestCluster]:
-    """The test cluster, started after the emulator so its node agent can reach it."""
-    ensure_built()
-    test_cluster = TestCluster()
-    test_cluster.start()
-    try:
+    with running_cluster() as test_cluster:
         yield test_cluster
-    finally:
-        test_cluster.stop()
 
 
 @pytest.mark.timeout(900)
@@ -41,15 +35,8 @@ def test_nightly_dag_on_kubernetes_with_gcs_storage(
     from test_dag_runs import register
 
     uri = gcs_emulator.uri(f"af-k8s-{os.urandom(4).hex()}")
-    for name, value in {
-        "KINETIC_STORAGE": uri,
-        "KINETIC_BACKEND": "kubernetes",
-        "KINETIC_KUBE_CONTEXT": CONTEXT,
-        "KINETIC_NAMESPACE": "default",
-        "KINETIC_POLL_INTERVAL": "0.5",
-        "KUBECONFIG": str(cluster.kubeconfig_path),
-        "NIGHTLY_REGISTRY_KEY": f"registry-{os.urandom(4).hex()}",
-    }.items():
+    env = {**kinetic_env(cluster, uri), "NIGHTLY_REGISTRY_KEY": f"reg-{os.urandom(4).hex()}"}
+    for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
     bag = dag_bag(ROOT / "dags_examples" / "nightly_training.py")
