@@ -10,6 +10,7 @@ back into a ``str`` path (``materialize``), so the function never sees ``Data``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import errno
@@ -41,9 +42,16 @@ log = logging.getLogger(__name__)
 
 #: Parallel transfers: enough to hide per-object latency on GCS, few enough for a laptop.
 WORKERS = 16
-#: Hashing is CPU-bound: one thread per core (hashlib releases the GIL).
+#: Hashing and local-disk copies are CPU-bound: one thread per core (hashlib and
+#: copy_file_range release the GIL); more only contend.
 HASHERS = max(2, os.cpu_count() or 2)
-_CHUNK = 1 << 20
+
+
+def _workers(storage: Any) -> int:
+    return HASHERS if storage.local_path("") else WORKERS
+
+
+_CHUNK = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -101,14 +109,19 @@ class _Tree:
     files: list[tuple[str, str]]  # (relative /-path, absolute path)
     hashes: list[str] = dataclasses.field(default_factory=list)
 
-    def digest(self) -> str:
-        if not self.hashes:
+    def digest(self, then: Callable[[str, str], None] | None = None, workers: int = 0) -> str:
+        """The tree's content hash. ``then(sha, path)`` runs for each file as soon as it is
+        hashed (the upload), so hashing one file overlaps copying another."""
+        if not self.hashes or then is not None:
             hashes = [""] * len(self.files)
 
             def one(index: int) -> None:
-                hashes[index] = _file_hash(self.data, self.files[index][1])
+                path = self.files[index][1]
+                hashes[index] = _file_hash(self.data, path)
+                if then is not None:
+                    then(hashes[index], path)
 
-            parallel(one, range(len(self.files)), HASHERS)
+            parallel(one, range(len(self.files)), workers or HASHERS)
             self.hashes = hashes
         h = hashlib.sha256(b"dir:" if self.is_dir else b"file:")
         for (rel, _), digest in zip(self.files, self.hashes, strict=True):
@@ -173,15 +186,25 @@ def _readable(data: Data, path: str) -> None:
         raise _bad(data, f"{path} is not readable", "Fix its permissions (chmod u+r).")
 
 
+#: sha256 of files this process hashed, by identity (device, inode, size, mtime): a second
+#: submit of unchanged data reads nothing.
+_hashed: dict[tuple[int, int, int, int], str] = {}
+
+
 def _file_hash(data: Data, path: str) -> str:
     h = hashlib.sha256()
     try:
         with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if identity in _hashed:
+                return _hashed[identity]
             while chunk := fh.read(_CHUNK):
                 h.update(chunk)
     except OSError as exc:
         raise _bad(data, f"cannot read {path} ({exc.strerror})", "Fix its permissions.") from None
-    return h.hexdigest()
+    _hashed[identity] = h.hexdigest()
+    return _hashed[identity]
 
 
 def _check_remote(data: Data) -> bool:
@@ -291,16 +314,12 @@ def prepare(call: dict[str, Any], volumes: dict[str, Data], storage: Any) -> dic
     found = _collect((call["args"], call["kwargs"])) + list(volumes.values())
     if not found:
         return call
-    plans: dict[Data, tuple[DataRef, _Tree | None]] = {}
-    for data in found:
-        if data not in plans:
-            plans[data] = _plan(data)
-    trees = {ref.digest: tree for ref, tree in plans.values() if tree is not None}
-    for digest, tree in trees.items():
-        _upload(storage, digest, tree)
+    remote = {d: _plan_remote(d) for d in found if d.remote}
+    trees = {d: _scan(d) for d in found if not d.remote}  # every check before any write
+    refs = {**remote, **{d: _upload(storage, tree) for d, tree in trees.items()}}
 
     def ref(data: Data) -> DataRef:
-        return plans[data][0]
+        return refs[data]
 
     return {
         **call,
@@ -317,37 +336,47 @@ def fuse_volumes(call: dict[str, Any]) -> dict[str, str]:
     return {p: r.source for p, r in volumes.items() if r.fuse and r.source.startswith("gs://")}
 
 
-def _plan(data: Data) -> tuple[DataRef, _Tree | None]:
-    if data.remote:
-        is_dir = _check_remote(data)
-        return DataRef(data.path, data.content_hash(), "", is_dir, data.fuse), None
-    tree = _scan(data)
-    name = "" if tree.is_dir else tree.files[0][0]
-    return DataRef("stored", tree.digest(), name, tree.is_dir, data.fuse), tree
+def _plan_remote(data: Data) -> DataRef:
+    is_dir = _check_remote(data)
+    return DataRef(data.path, data.content_hash(), "", is_dir, data.fuse)
 
 
-def _upload(storage: Any, digest: str, tree: _Tree) -> None:
-    """Create-only, in parallel, the manifest last (it marks the data complete)."""
-    manifest = layout.data_manifest(digest)
-    if storage.exists(manifest):
-        return  # uploaded before: nothing to send
+def _upload(storage: Any, tree: _Tree) -> DataRef:
+    """Each file is stored once as ``data/blobs/{sha256}`` (create-only, right after it is
+    hashed, in parallel); then, on a local disk, ``data/{digest}/`` is laid out as hard
+    links to the blobs (the job reads it in place); the manifest is written last: it marks
+    the data complete."""
 
-    def put(rel: str, source: str) -> None:
-        key = f"{layout.data_dir(digest)}/{rel}"
+    def put(sha: str, source: str) -> None:
+        key = layout.data_blob(sha)
+        if storage.exists(key):
+            return  # stored before: nothing to send
         try:
             storage.put_file(key, source, create_only=True)
         except FileExistsError:
-            pass  # an earlier (interrupted) upload stored this very content
+            pass  # a concurrent submit stored this very content
         local = storage.local_path(key)
         if local:
-            os.chmod(local, 0o400)  # the job reads it in place: make a write fail loudly
+            os.chmod(local, 0o400)  # jobs read it in place: make a write fail loudly
 
-    parallel(lambda f: put(*f), tree.files)
-    body = {"is_dir": tree.is_dir, "files": [rel for rel, _ in tree.files]}
-    try:
+    digest = tree.digest(then=put, workers=_workers(storage))
+    name = "" if tree.is_dir else tree.files[0][0]
+    ref = DataRef("stored", digest, name, tree.is_dir, tree.data.fuse)
+    manifest = layout.data_manifest(digest)
+    if storage.exists(manifest):
+        return ref
+    files = {rel: sha for (rel, _), sha in zip(tree.files, tree.hashes, strict=True)}
+    folder = storage.local_path(layout.data_dir(digest))
+    if folder:
+        for rel, sha in files.items():
+            target = os.path.join(folder, *rel.split("/"))
+            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+            with contextlib.suppress(FileExistsError):  # an interrupted earlier layout
+                os.link(storage.local_path(layout.data_blob(sha)), target)
+    body = {"is_dir": tree.is_dir, "files": files}
+    with contextlib.suppress(FileExistsError):
         storage.write_bytes(manifest, json.dumps(body).encode(), create_only=True)
-    except FileExistsError:
-        pass
+    return ref
 
 
 def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int = WORKERS) -> None:
@@ -389,17 +418,18 @@ def materialize(ref: DataRef, storage: Any, scratch: str, dest: str | None = Non
     """A local path holding ``ref``'s content: read in place on a local disk, else
     downloaded (in parallel) into ``dest`` or under ``scratch``. A file arrives under its
     own name inside ``dest``."""
-    if len(ref.digest) != 64 or any(c not in "0123456789abcdef" for c in ref.digest):
-        raise SubmissionError(f"Refusing a Data reference with digest {ref.digest!r}.")
+    _sha(ref.digest)
     if ref.name:
         _safe(ref.name)
     if ref.source == "stored":
-        folder = layout.data_dir(ref.digest)
-        local = storage.local_path(folder)
+        local = storage.local_path(layout.data_dir(ref.digest))
         if local and dest is None:
             return os.path.join(local, ref.name) if ref.name else local
-        files = json.loads(storage.read_bytes(layout.data_manifest(ref.digest)))["files"]
-        source, prefix = storage, folder
+        manifest = json.loads(storage.read_bytes(layout.data_manifest(ref.digest)))
+        root = dest or os.path.join(scratch, ref.digest)
+        blobs = {_safe(rel): _sha(sha) for rel, sha in manifest["files"].items()}
+        download_blobs(storage, blobs, root)
+        return root if ref.is_dir else os.path.join(root, ref.name)
     else:
         from kinetic_core.storage import open_storage
 
@@ -423,6 +453,24 @@ def materialize(ref: DataRef, storage: Any, scratch: str, dest: str | None = Non
     return os.path.join(root, files[0])
 
 
+def _sha(value: str) -> str:
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise SubmissionError(f"Refusing a stored data reference {value!r}: not a sha256.")
+    return value
+
+
+def download_blobs(storage: Any, blobs: dict[str, str], root: str) -> None:
+    """Fetch ``{relative path: sha256}`` from ``data/blobs/`` into ``root``, in parallel."""
+
+    def get(item: tuple[str, str]) -> None:
+        target = os.path.join(root, *item[0].split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        storage.get_file(layout.data_blob(item[1]), target)
+
+    os.makedirs(root, exist_ok=True)
+    parallel(get, blobs.items(), _workers(storage))
+
+
 def download(storage: Any, prefix: str, files: list[str], root: str) -> None:
     def get(rel: str) -> None:
         target = os.path.join(root, *rel.split("/"))
@@ -430,4 +478,4 @@ def download(storage: Any, prefix: str, files: list[str], root: str) -> None:
         storage.get_file(f"{prefix}/{rel}" if prefix else rel, target)
 
     os.makedirs(root, exist_ok=True)
-    parallel(get, files)
+    parallel(get, files, _workers(storage))

@@ -15,8 +15,9 @@ batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
 batches/{group_id}/state/{marker}         create-only markers and the submitter heartbeat
 outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR, synced)
-data/{digest}/                   a Data argument's files, content-addressed (create-only)
-data/{digest}.json               its manifest, written last: the data is complete
+data/blobs/{sha256}              one file's bytes, content-addressed (create-only)
+data/{digest}.json               a Data's manifest {path: sha256}, written last: it is complete
+data/{digest}/                   file:// only: the Data laid out as hard links to its blobs
 ```
 
 Only this module spells these paths; everything else asks it. Callers validate ids first.
@@ -93,6 +94,11 @@ def outputs(job_id: str) -> str:
 def data_dir(digest: str) -> str:
     """``data/{digest}``: the files of one uploaded Data (``digest`` is a sha256 hex)."""
     return f"{DATA}/{digest}"
+
+
+def data_blob(sha: str) -> str:
+    """``data/blobs/{sha}``: one file's bytes, named by their sha256."""
+    return f"{DATA}/blobs/{sha}"
 
 
 def data_manifest(digest: str) -> str:

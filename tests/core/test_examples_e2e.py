@@ -34,8 +34,9 @@ def test_core_demo_on_gcs_storage(
     assert len(models) == 1
     model = json.loads(storage.read_bytes(f"outputs/{models[0]}"))
     assert model["epoch"] == 20 and abs(model["w"] - 3) < 0.2
-    stored = storage.walk("data")
-    assert any(name.endswith("/train.json") for name in stored)  # the dataset went as Data
+    manifests = [n for n in storage.list_names("data") if n.endswith(".json")]
+    listed = [json.loads(storage.read_bytes(f"data/{n}"))["files"] for n in manifests]
+    assert {"train.json", "test.json"} in [set(files) for files in listed]  # sent as Data
     train_job = kc.attach(models[0].split("/")[0], target={"storage": uri})
     got = Path(train_job.download_outputs(tmp_path / "model"))
     assert json.loads((got / "model.json").read_text()) == model
