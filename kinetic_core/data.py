@@ -208,7 +208,8 @@ def _file_hash(data: Data, path: str) -> str:
 
 
 def _check_remote(data: Data) -> bool:
-    """Whether the gs:// Data is a folder; SubmissionError when nothing is there."""
+    """Whether the gs:// Data is a folder (a trailing '/', or no object of that name but
+    objects under it: a job's ``output_dir``); SubmissionError when nothing is there."""
     from kinetic_core.storage import open_storage
 
     bucket, _, name = data.path[len("gs://") :].partition("/")
@@ -217,13 +218,15 @@ def _check_remote(data: Data) -> bool:
         if not storage.walk(name.rstrip("/")):
             raise _bad(data, "no object exists under that prefix", "Check the URI.")
         return True
-    if not storage.exists(name):
-        raise _bad(
-            data,
-            "the object does not exist",
-            "Check the URI (end it with '/' for every object under a prefix).",
-        )
-    return False
+    if storage.exists(name):
+        return False
+    if storage.walk(name):
+        return True
+    raise _bad(
+        data,
+        "the object does not exist",
+        "Check the URI (end it with '/' for every object under a prefix).",
+    )
 
 
 # ---- walking arguments -----------------------------------------------------------------------

@@ -302,3 +302,12 @@ def test_an_attempt_created_outside_submit_inherits_too(any_storage: str) -> Non
     plan = _Submission(Target().resolve(), call, [], "recovered", {})
     second = plan.create(keyed_id(key, 2), attempt=2, key=key)
     assert second.result(timeout=60) == [0, 1, 2, 3]
+
+
+def test_a_result_reference_output_dir_is_readable_as_data(any_storage: str) -> None:
+    """What a result by reference names (``output_dir``: a path or a gs:// URI without a
+    trailing slash) is a Data the next job reads as its folder."""
+    job = kc.submit(jobfns.write_output, ("metrics.json", '{"r2": 1}'))
+    job.result(timeout=60)
+    nxt = kc.submit(jobfns.read_tree, (kc.Data(job.output_dir),))
+    assert nxt.result(timeout=60) == {"metrics.json": '{"r2": 1}'}
