@@ -31,7 +31,7 @@ _lock = threading.Lock()
 def local_root(job_id: str) -> str:
     """This machine's private folder for the job's outputs (``out/``) and sync state."""
     validate_id(job_id)
-    base = os.path.join(tempfile.gettempdir(), f"kinetic-{os.getuid()}")
+    base = os.path.join(tempfile.gettempdir(), f"kinetic-jobs-{os.getuid()}")
     os.makedirs(base, mode=0o700, exist_ok=True)
     st = os.lstat(base)
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
@@ -156,13 +156,19 @@ def sync_if_idle(storage_uri: str, job_id: str) -> None:
 
 
 def finish(storage_uri: str, job_id: str) -> None:
-    """Last sync as the job ends, then drop this machine's copy (and downloaded data)."""
-    root = local_root(job_id)
-    if not os.path.isdir(root):
-        return
-    if not storage_uri.startswith("file://"):  # there the folder is the storage
-        sync_if_idle(storage_uri, job_id)
-    shutil.rmtree(root, ignore_errors=True)
+    """Last sync as the job ends, then drop this machine's copy (and downloaded data).
+    Never raises: how the job ended must still be recorded."""
+    try:
+        root = local_root(job_id)
+        if not os.path.isdir(root):
+            return
+        if not storage_uri.startswith("file://"):  # there the folder is the storage
+            sync_if_idle(storage_uri, job_id)
+        shutil.rmtree(root, ignore_errors=True)
+    except Exception as exc:
+        import sys
+
+        print(f"kinetic: could not finish outputs of {job_id}: {exc}", file=sys.stderr, flush=True)
 
 
 # ---- the submitter's side --------------------------------------------------------------------

@@ -107,10 +107,13 @@ def main(argv: list[str], channel: socket.socket | None = None) -> int:
 
 def _final_sync(runner_argv: list[str]) -> None:
     """The runner syncs its outputs as it ends; if it was killed first, do it for it."""
-    storage_uri = runner_argv[runner_argv.index("--storage") + 1]
-    from kinetic_core.outputs import finish
+    try:
+        from kinetic_core.outputs import finish
 
-    finish(storage_uri, runner_argv[runner_argv.index("--job-id") + 1])
+        storage_uri = runner_argv[runner_argv.index("--storage") + 1]
+        finish(storage_uri, runner_argv[runner_argv.index("--job-id") + 1])
+    except Exception as exc:  # the exit record below must be written whatever happens
+        print(f"kinetic supervisor: outputs not synced: {exc}", file=sys.stderr, flush=True)
 
 
 def _claim(job_dir: str, runner_argv: list[str]) -> bool:
