@@ -186,9 +186,9 @@ def _readable(data: Data, path: str) -> None:
         raise _bad(data, f"{path} is not readable", "Fix its permissions (chmod u+r).")
 
 
-#: sha256 of files this process hashed, by identity (device, inode, size, mtime): a second
+#: sha256 of files this process hashed, by identity (device, inode, size, times): a second
 #: submit of unchanged data reads nothing.
-_hashed: dict[tuple[int, int, int, int], str] = {}
+_hashed: dict[tuple[int, ...], str] = {}
 
 
 def _file_hash(data: Data, path: str) -> str:
@@ -196,7 +196,7 @@ def _file_hash(data: Data, path: str) -> str:
     try:
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
-            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             if identity in _hashed:
                 return _hashed[identity]
             while chunk := fh.read(_CHUNK):
@@ -371,6 +371,7 @@ def _upload(storage: Any, tree: _Tree) -> DataRef:
     files = {rel: sha for (rel, _), sha in zip(tree.files, tree.hashes, strict=True)}
     folder = storage.local_path(layout.data_dir(digest))
     if folder:
+        os.makedirs(folder, mode=0o700, exist_ok=True)  # also for an empty folder
         for rel, sha in files.items():
             target = os.path.join(folder, *rel.split("/"))
             os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)

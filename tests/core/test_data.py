@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -311,3 +312,28 @@ def test_a_result_reference_output_dir_is_readable_as_data(any_storage: str) -> 
     job.result(timeout=60)
     nxt = kc.submit(jobfns.read_tree, (kc.Data(job.output_dir),))
     assert nxt.result(timeout=60) == {"metrics.json": '{"r2": 1}'}
+
+
+def test_an_empty_folder_arrives_empty(storage_uri: str, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    assert kc.submit(jobfns.describe, (kc.Data(tmp_path / "empty"),)).result(timeout=60) == [
+        "path",
+        {},
+    ]
+
+
+def test_an_interrupted_upload_leaves_nothing_that_reads_as_complete(
+    gcs_emulator: Any, storage_uri: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    uri = f"gs://kinetic-test/cut-{os.urandom(4).hex()}"
+    monkeypatch.setenv("KINETIC_STORAGE", uri)
+    folder = _tree(tmp_path / "src")
+    gcs_emulator.server.fail_next(1000, status=403, match="blobs")  # not retried: fails now
+    with pytest.raises(kc.StorageError):
+        kc.submit(jobfns.read_tree, (kc.Data(folder),))
+    gcs_emulator.server.fail_next(0)
+    storage = open_storage(uri)
+    assert not [n for n in storage.list_names("data") if n.endswith(".json")]  # no manifest
+    assert storage.list_names("jobs") == []  # and no job
+    job = kc.submit(jobfns.read_tree, (kc.Data(folder),))  # the next submit completes it
+    assert job.result(timeout=60)["a.txt"] == "alpha"
