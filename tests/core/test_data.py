@@ -337,3 +337,11 @@ def test_an_interrupted_upload_leaves_nothing_that_reads_as_complete(
     assert storage.list_names("jobs") == []  # and no job
     job = kc.submit(jobfns.read_tree, (kc.Data(folder),))  # the next submit completes it
     assert job.result(timeout=60)["a.txt"] == "alpha"
+
+
+def test_run_decorator_passes_volumes(storage_uri: str, tmp_path: Path) -> None:
+    (tmp_path / "d.txt").write_text("d")
+    remote = kc.run(jobfns.add, volumes={"/data": kc.Data(tmp_path / "d.txt")})
+    with pytest.raises(kc.ConfigError, match="local backend cannot honour a mount path"):
+        remote.run_async(1)
+    _assert_nothing_written(storage_uri)
