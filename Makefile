@@ -62,12 +62,12 @@ test-kubernetes: env k8s-binaries
 	.venv/bin/pytest tests/kubernetes $(PYTEST_FLAGS)
 
 ## the whole Airflow suite on the newest (locked) and the oldest supported minor
-test-airflow: env-airflow env-airflow-oldest
+test-airflow: env-airflow env-airflow-oldest k8s-binaries
 	.venv-airflow/bin/mypy providers/kinetic_airflow
 	.venv-airflow/bin/pytest tests/airflow $(PYTEST_FLAGS)
 	$(AIRFLOW_OLDEST_ENV)/bin/pytest tests/airflow $(PYTEST_FLAGS)
 
-test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST)
+test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-binaries
 	for minor in $(PREFECT_OLDEST) $(PREFECT_NEWEST); do \
 	  echo "== Prefect $$minor: $$(.venv-prefect-$$minor/bin/python -c 'import prefect; print(prefect.__version__)')" && \
 	  .venv-prefect-$$minor/bin/mypy providers/kinetic_prefect && \

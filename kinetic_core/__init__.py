@@ -50,6 +50,8 @@ _EXPORTS = {
     "preempted": "kinetic_core.notice",
     "on_preemption": "kinetic_core.notice",
     "Transition": "kinetic_core.history",
+    "Data": "kinetic_core.data",
+    "sync_outputs": "kinetic_core.outputs",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -102,6 +104,7 @@ if TYPE_CHECKING:
         submit_map,
     )
     from kinetic_core.config import BACKENDS, Target, positive_seconds
+    from kinetic_core.data import Data
     from kinetic_core.decorator import RemoteFunction, run
     from kinetic_core.errors import (
         BackendError,
@@ -128,6 +131,7 @@ if TYPE_CHECKING:
     from kinetic_core.links import LINK_KINDS, job_links
     from kinetic_core.logs import LogStream
     from kinetic_core.notice import on_preemption, preempted
+    from kinetic_core.outputs import sync_outputs
     from kinetic_core.polling import (
         SharedPoller,
         background_loop,

@@ -16,7 +16,7 @@ __all__ = ["RemoteFunction", "run"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-_JOB_OPTIONS = ("idempotency_key", "name", "tags")
+_JOB_OPTIONS = ("idempotency_key", "name", "tags", "volumes")
 
 
 class RemoteFunction(Generic[P, R]):
@@ -62,7 +62,8 @@ def run(
 ) -> Any:
     """Decorator: ``@run`` or ``@run(tags=..., life_span=..., backend=...)``.
 
-    Keyword arguments are job options (idempotency_key, name, tags) or Target fields.
+    Keyword arguments are job options (idempotency_key, name, tags, volumes) or Target
+    fields.
     """
     job = {k: options.pop(k) for k in _JOB_OPTIONS if k in options}
     resolved = Target.coerce(target).merge(Target.from_dict(options))

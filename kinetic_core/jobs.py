@@ -18,6 +18,7 @@ from typing import Any
 from kinetic_core import layout, recovery, signing
 from kinetic_core.backends import Backend
 from kinetic_core.config import Target
+from kinetic_core.data import Data
 from kinetic_core.errors import (
     CorruptRecord,
     JobCancelled,
@@ -30,6 +31,7 @@ from kinetic_core.errors import (
 from kinetic_core.history import Transition, transitions
 from kinetic_core.ids import validate_id
 from kinetic_core.logs import LogStream
+from kinetic_core.outputs import download_outputs, outputs_uri
 from kinetic_core.payload import load_envelope, rebuild_exception
 from kinetic_core.polling import Until, in_thread, poll_ticks, shared_poller, wait_states
 from kinetic_core.records import decide, try_write_record
@@ -116,6 +118,19 @@ class JobHandle:
     def output_dir(self) -> str:
         """Where the function's own files go by default (its KINETIC_OUTPUT_DIR)."""
         return layout.output_dir(self.storage, self.job_id)
+
+    @property
+    def outputs(self) -> Data:
+        """The job's synced output folder as a ``Data``: pass it to the next job, which
+        reads it as a local folder (``train.run_async(prepare.outputs)``)."""
+        return Data(outputs_uri(self._storage(), self.job_id))
+
+    def download_outputs(self, dest: str | os.PathLike[str]) -> str:
+        """Copy the job's synced outputs into the local folder ``dest``; return its path."""
+        return download_outputs(self._storage(), self.job_id, os.fspath(dest))
+
+    async def adownload_outputs(self, dest: str | os.PathLike[str]) -> str:
+        return await in_thread(self.download_outputs)(dest)
 
     @property
     def location(self) -> str:

@@ -17,7 +17,10 @@ batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
 batches/{group_id}/state/{marker}         create-only markers and the submitter heartbeat
 batches/{group_id}/launches/{seq}.json    the launch ledger: one create-only ticket per launch
-outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR)
+outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR, synced)
+data/blobs/{sha256}              one file's bytes, content-addressed (create-only)
+data/{digest}.json               a Data's manifest {path: sha256}, written last: it is complete
+data/{digest}/                   file:// only: the Data laid out as hard links to its blobs
 ```
 
 Only this module spells these paths; everything else asks it. Callers validate ids first.
@@ -33,6 +36,7 @@ JOBS = "jobs"
 BATCHES = "batches"
 KEYS = "keys"
 OUTPUTS = "outputs"
+DATA = "data"
 
 # Files of one job.
 HANDLE = "handle.json"
@@ -106,6 +110,20 @@ def batch_state(group_id: str, name: str) -> str:
 
 def outputs(job_id: str) -> str:
     return f"{OUTPUTS}/{job_id}"
+
+
+def data_dir(digest: str) -> str:
+    """``data/{digest}``: the files of one uploaded Data (``digest`` is a sha256 hex)."""
+    return f"{DATA}/{digest}"
+
+
+def data_blob(sha: str) -> str:
+    """``data/blobs/{sha}``: one file's bytes, named by their sha256."""
+    return f"{DATA}/blobs/{sha}"
+
+
+def data_manifest(digest: str) -> str:
+    return f"{DATA}/{digest}.json"
 
 
 def output_dir(storage_uri: str, job_id: str) -> str:

@@ -19,17 +19,17 @@ import contextlib
 import dataclasses
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from kinetic_core import layout
-from kinetic_core.backends import LaunchSpec, get_backend
+from kinetic_core.backends import get_backend
 from kinetic_core.config import Target
 from kinetic_core.errors import KineticError
 from kinetic_core.ids import keyed_id
+from kinetic_core.launching import AttemptTaken, create_attempt, launch_spec
 from kinetic_core.payload import rebind_envelope
 from kinetic_core.records import read_json, write_record
 from kinetic_core.states import JobState, JobStatus
@@ -170,52 +170,33 @@ def _start(storage: Storage, ref: Any, state: JobState) -> Any:
     }
     nxt = _next_ref(ref, record)
     target = dataclasses.replace(Target.from_stored(ref.target), signing_key=signing_key)
-    backend = get_backend(target)
-    submitting = getattr(backend, "submitting", None)
-    created = False
-    with contextlib.ExitStack() as marked:
-        try:
-            with storage.open_write(
-                layout.job_file(nxt.job_id, layout.PAYLOAD), create_only=True
-            ) as fh:
-                rebind_envelope(
-                    storage,
-                    layout.job_file(ref.job_id, layout.PAYLOAD),
-                    fh,
-                    kind="call",
-                    job_id=ref.job_id,
-                    new_job_id=nxt.job_id,
-                    signing_key=signing_key,
-                )
-                if submitting:
-                    marked.enter_context(submitting(nxt.job_id))
-                storage.write_bytes(
-                    layout.job_file(nxt.job_id, layout.HANDLE), nxt.record(), create_only=True
-                )
-                created = True
-            backend.launch(
-                LaunchSpec(
-                    job_id=nxt.job_id,
-                    storage_uri=ref.storage,
-                    target=target,
-                    labels={"kinetic/job-id": nxt.job_id, **(ref.tags or {})},
-                    python_path=[p for p in sys.path if p],
-                    workdir=os.getcwd(),
-                )
-            )
-        except FileExistsError:
-            if created:
-                raise
-            # Another observer (or a resubmission of the key) created this attempt first.
-            created_at = _created_at(storage, nxt.job_id)
-            record["created_at"] = created_at if created_at is not None else record["created_at"]
-        except BaseException:
-            if created:
-                storage.delete_prefix(layout.job_dir(nxt.job_id))
-            raise
+    created = True
+    try:
+        create_attempt(
+            storage,
+            launch_spec(nxt.job_id, ref.storage, target, ref.tags or {}),
+            nxt.record(),
+            write_payload=lambda fh: rebind_envelope(
+                storage,
+                layout.job_file(ref.job_id, layout.PAYLOAD),
+                fh,
+                kind="call",
+                job_id=ref.job_id,
+                new_job_id=nxt.job_id,
+                signing_key=signing_key,
+            ),
+        )
+    except AttemptTaken:  # another observer (or a resubmission of the key) was first
+        created = False
+        created_at = _created_at(storage, nxt.job_id)
+        record["created_at"] = created_at if created_at is not None else record["created_at"]
     write_record(storage, ref.job_id, layout.SUPERSEDED, create_only=True, **record)
     winner = _recorded(storage, ref)
     if created:
+        # A node lost to a partition may still run the old process: delete its job, so it
+        # is stopped when the node comes back (a no-op where nothing is left).
+        with contextlib.suppress(KineticError, OSError):
+            get_backend(target).cancel(ref.job_id)
         log.warning(
             "kinetic: job %s ended %s (%s); recovery %d of %d started as %s",
             ref.job_id,

@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import Any
 
-from kinetic_core import layout, notice
+from kinetic_core import layout, notice, outputs
 from kinetic_core.ids import validate_id
 from kinetic_core.payload import (
     dump_envelope,
@@ -69,14 +69,11 @@ def run_job(storage_uri: str, job_id: str) -> int:
         call = _load_call(storage, job_id, signing_key)
         os.environ.update(call.get("env") or {})
         os.environ["KINETIC_JOB_ID"] = job_id
-        out = layout.output_dir(storage_uri, job_id)
-        if storage_uri.startswith("file://"):
-            for folder in (os.path.dirname(out), out):  # makedirs' mode covers the leaf only
-                os.makedirs(folder, mode=0o700, exist_ok=True)
-        os.environ.setdefault("KINETIC_OUTPUT_DIR", out)
+        outputs.prepare(storage, job_id)
+        args, kwargs = _arrive(call, storage, job_id)
         phase = "run"
-        notice.install()
-        value = call["fn"](*call.get("args", ()), **call.get("kwargs", {}))
+        notice.install()  # SIGTERM (preemption, cancel, deadline): checkpoint, then stop
+        value = call["fn"](*args, **kwargs)
         if hasattr(value, "__await__"):  # an async function: asyncio only imported here
             import asyncio
 
@@ -86,10 +83,12 @@ def run_job(storage_uri: str, job_id: str) -> int:
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)
         if notice.preempted():  # stopped from outside: no result, the backend says why
+            outputs.finish(storage_uri, job_id)  # but the checkpoint reaches storage
             return notice.EXIT_CODE
         body = failure_body(exc, phase=phase, traceback_text=tb)
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         body["exit_code"] = code if 0 < code < 256 else 1
+    outputs.finish(storage_uri, job_id)  # in storage before the state can read terminal
     _store(storage, job_id, body, signing_key)
     return 0 if body["success"] else int(body.get("exit_code") or 1)
 
@@ -109,6 +108,24 @@ def _refuse_second_run(storage: Storage, job_id: str) -> int:
     outcome = "recorded as Lost" if won else f"it is {(winner or {}).get('status')}"
     print(f"kinetic: job {job_id} ran already; not running it again ({outcome})", file=sys.stderr)
     return 1
+
+
+def _arrive(call: dict[str, Any], storage: Storage, job_id: str) -> tuple[Any, Any]:
+    """The call's arguments with every Data as a local path; volumes in place."""
+    args, kwargs, volumes = call.get("args", ()), call.get("kwargs", {}), call.get("volumes")
+    if not call.get("has_data"):  # set by the submitter: no import cost for most jobs
+        return args, kwargs
+    from kinetic_core.data import DataRef, materialize, transform
+
+    scratch = os.path.join(outputs.local_root(job_id), "data")
+    for path, ref in (volumes or {}).items():
+        if not os.path.ismount(path):  # a GCS FUSE mount is already there
+            materialize(ref, storage, scratch, dest=path)
+
+    def arrive(ref: DataRef) -> str:
+        return materialize(ref, storage, scratch)
+
+    return transform(args, arrive, DataRef), transform(kwargs, arrive, DataRef)
 
 
 async def _await(value: Any) -> Any:

@@ -1,15 +1,12 @@
 """Submission and idempotency: ``submit`` turns a call into exactly one job per attempt.
 
-A job is created in a fixed order so that a crash at any point leaves nothing half
-submitted: the call envelope streams to staging, the create-only ``handle.json`` decides
-the attempt (the lock), the envelope is published, then the backend launches the job.
-With an idempotency key, attempt ids are deterministic (``keyed_id``), so concurrent
+A job is created as every attempt is (``launching.create_attempt``), so a crash at any
+point leaves nothing half submitted. With an idempotency key, attempt ids are deterministic (``keyed_id``), so concurrent
 submitters of one key race for the same ``handle.json`` and exactly one wins.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.machinery
 import json
 import os
@@ -17,20 +14,21 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import IO, Any
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt
 
 from kinetic_core import layout
-from kinetic_core.backends import LaunchSpec, get_backend
 from kinetic_core.config import Target, validate_tags
+from kinetic_core.data import Data, check_volumes, fuse_volumes
+from kinetic_core.data import prepare as prepare_data
 from kinetic_core.envvars import job_env
-from kinetic_core.errors import ConfigError, JobNotFound, KineticError, SubmissionError
+from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
 from kinetic_core.ids import keyed_id, new_id
 from kinetic_core.jobs import JobHandle, load_handle
+from kinetic_core.launching import AttemptTaken, create_attempt, launch_spec
 from kinetic_core.payload import dump_envelope
 from kinetic_core.polling import in_thread
-from kinetic_core.records import try_write_record
 from kinetic_core.states import JobStatus
 from kinetic_core.storage import Storage, open_storage
 
@@ -94,6 +92,7 @@ def submit(
     name: str | None = None,
     tags: dict[str, str] | None = None,
     reuse_succeeded: bool = False,
+    volumes: dict[str, Data] | None = None,
 ) -> JobHandle:
     """Submit ``fn(*args, **kwargs)`` as a detached job and return its handle at once.
 
@@ -102,8 +101,11 @@ def submit(
     submitters with one key create exactly one job. ``reuse_succeeded=True`` also reuses
     a succeeded attempt whose result was already collected (keep it with
     ``result(cleanup=False)``), e.g. so a whole-pipeline retry does not rerun it.
+
+    Every ``Data`` in the arguments arrives in the job as a local path; ``volumes`` maps
+    absolute paths in the job to ``Data`` (Kubernetes backends; see docs/data.md).
     """
-    plan = prepare(fn, args, kwargs, target=target, name=name, tags=tags)
+    plan = prepare(fn, args, kwargs, target=target, name=name, tags=tags, volumes=volumes)
     if idempotency_key is None:
         return plan.create(new_id(plan.name), attempt=1, key=None)
     if not isinstance(idempotency_key, str) or not idempotency_key:
@@ -119,13 +121,17 @@ def prepare(
     target: Target | dict[str, Any] | None = None,
     name: str | None = None,
     tags: dict[str, str] | None = None,
+    volumes: dict[str, Data] | None = None,
 ) -> _Submission:
-    """Check a call and capture what a job of it needs (env values, by-value modules)."""
+    """Check a call and capture what a job of it needs (env values, by-value modules); its
+    ``Data`` are uploaded (content-addressed: once) and travel as references."""
     args, kwargs = _check_call(fn, args, kwargs)
     resolved = Target.coerce(target).resolve()
     all_tags = {**(resolved.tags or {}), **validate_tags(tags or {})}
     job_name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
     call = {"fn": fn, "args": args, "kwargs": kwargs, "env": job_env(resolved.env, os.environ)}
+    mounts = check_volumes(volumes, str(resolved.backend))
+    call = prepare_data(call, mounts, open_storage(resolved.storage or ""))
     return _Submission(resolved, call, _by_value_modules(fn, resolved), job_name, all_tags)
 
 
@@ -141,37 +147,13 @@ def launch_staged(
     Idempotent: a backend launches a job id once, so racing launchers start it once.
     ``record`` is what ``handle.json`` says when this process reaches the backend
     differently from everyone else (a driver in a pod: in-cluster credentials)."""
-    storage = open_storage(handle.storage)
-    target = Target.from_stored(handle.target)
-    target = replace(target, signing_key=handle.signing_key)
-    backend = get_backend(target)
-    submitting = getattr(backend, "submitting", None)
-    with contextlib.ExitStack() as marked:
-        if submitting:
-            marked.enter_context(submitting(handle.job_id))
-        with contextlib.suppress(FileExistsError):
-            storage.write_bytes(
-                layout.job_file(handle.job_id, layout.HANDLE),
-                (record or handle).record(),
-                create_only=True,
-            )
-        try:
-            backend.launch(
-                LaunchSpec(
-                    job_id=handle.job_id,
-                    storage_uri=handle.storage,
-                    target=target,
-                    labels={"kinetic/job-id": handle.job_id, **handle.tags},
-                    python_path=python_path,
-                    workdir=workdir,
-                )
-            )
-        except KineticError:
-            raise
-        except Exception as exc:
-            raise SubmissionError(
-                f"Could not launch job {handle.job_id}: {type(exc).__name__}: {exc}"
-            ) from exc
+    target = replace(Target.from_stored(handle.target), signing_key=handle.signing_key)
+    spec = launch_spec(
+        handle.job_id, handle.storage, target, handle.tags, python_path=python_path, workdir=workdir
+    )
+    create_attempt(
+        open_storage(handle.storage), spec, (record or handle).record(), write_payload=None
+    )
     return handle
 
 
@@ -190,20 +172,23 @@ class _Submission:
     def stage(self, job_id: str) -> None:
         """Write the call envelope only (create-only): the job exists once launched
         (``launch_staged``). FileExistsError if it was staged already."""
-        storage = self.storage
-        with storage.open_write(layout.job_file(job_id, layout.PAYLOAD), create_only=True) as fh:
-            dump_envelope(
-                fh,
-                self.call,
-                kind="call",
-                job_id=job_id,
-                signing_key=self.target.signing_key,
-                storage=storage.uri,
-                by_value=self.by_value,
-            )
+        with self.storage.open_write(
+            layout.job_file(job_id, layout.PAYLOAD), create_only=True
+        ) as fh:
+            self._write_call(fh, job_id)
+
+    def _write_call(self, fh: IO[bytes], job_id: str) -> None:
+        dump_envelope(
+            fh,
+            self.call,
+            kind="call",
+            job_id=job_id,
+            signing_key=self.target.signing_key,
+            storage=self.storage.uri,
+            by_value=self.by_value,
+        )
 
     def create(self, job_id: str, *, attempt: int, key: str | None) -> JobHandle:
-        storage = self.storage
         handle = JobHandle(
             job_id=job_id,
             storage=self.target.storage or "",
@@ -215,63 +200,18 @@ class _Submission:
             tags=self.tags,
             signing_key=self.target.signing_key,
         )
-        created = False
-        backend = get_backend(self.target)
-        spec = LaunchSpec(
-            job_id=job_id,
-            storage_uri=handle.storage,
-            target=self.target,
-            labels={"kinetic/job-id": job_id, **self.tags},
-            python_path=[p for p in sys.path if p],
-            workdir=os.getcwd(),
+        spec = launch_spec(
+            job_id, handle.storage, self.target, self.tags, fuse_volumes=fuse_volumes(self.call)
         )
-        # A backend may refuse the launch before anything is written (e.g. a bad pod spec).
-        check_launch = getattr(backend, "check_launch", None)
-        if check_launch:
-            check_launch(spec)
-        # The local backend marks this process as the submitter until the launch is done,
-        # so a job whose submitter dies half-way is known dead at once (other backends:
-        # nothing to mark).
-        submitting = getattr(backend, "submitting", None)
-        with contextlib.ExitStack() as marked:
-            try:
-                # The payload streams to a staging file; the create-only handle.json is the lock
-                # that decides this attempt; the payload is published only if we won it.
-                with storage.open_write(
-                    layout.job_file(job_id, layout.PAYLOAD), create_only=True
-                ) as fh:
-                    dump_envelope(
-                        fh,
-                        self.call,
-                        kind="call",
-                        job_id=job_id,
-                        signing_key=self.target.signing_key,
-                        storage=storage.uri,
-                        by_value=self.by_value,
-                    )
-                    if submitting:  # before the handle exists, after storage proved writable
-                        marked.enter_context(submitting(job_id))
-                    storage.write_bytes(
-                        layout.job_file(job_id, layout.HANDLE),
-                        handle.record(),
-                        create_only=True,
-                    )
-                    created = True
-                backend.launch(spec)
-                # From here on, a backend that does not know the job means it was deleted.
-                try_write_record(storage, job_id, layout.LAUNCHED, backend=backend.name)
-            except FileExistsError:
-                if created:
-                    raise
-                raise _Raced(job_id) from None
-            except BaseException as exc:
-                if created:  # leave nothing half-submitted behind
-                    storage.delete_prefix(layout.job_dir(job_id))
-                if isinstance(exc, KineticError) or not isinstance(exc, Exception):
-                    raise
-                raise SubmissionError(
-                    f"Could not launch job {job_id}: {type(exc).__name__}: {exc}"
-                ) from exc
+        try:
+            create_attempt(
+                self.storage,
+                spec,
+                handle.record(),
+                write_payload=lambda fh: self._write_call(fh, job_id),
+            )
+        except AttemptTaken:
+            raise _Raced(job_id) from None
         if key is not None:
             self._record_attempt(key, attempt, job_id)
         return handle

@@ -31,6 +31,7 @@ class LaunchSpec:
     labels: dict[str, str] = field(default_factory=dict)
     python_path: list[str] = field(default_factory=list)  # local backend: the submitter's sys.path
     workdir: str | None = None  # local backend: the submitter's working directory
+    fuse_volumes: dict[str, str] = field(default_factory=dict)  # mount path -> gs:// (GKE FUSE)
 
     def runner_args(self) -> list[str]:
         return ["-m", "kinetic_core.runner", "--storage", self.storage_uri, "--job-id", self.job_id]

@@ -30,12 +30,12 @@ from kinetic_core.config import Target
 from kinetic_core.errors import KineticError
 from kinetic_core.ids import keyed_id
 from kinetic_core.jobs import JobHandle, load_handle
-from kinetic_core.payload import load_envelope
+from kinetic_core.payload import rebind_envelope
 from kinetic_core.polling import DEFAULT_INTERVAL, poll_ticks
 from kinetic_core.states import JobState, JobStatus
 from kinetic_core.status import resolve_states
 from kinetic_core.storage import open_storage
-from kinetic_core.submission import _Submission, launch_staged
+from kinetic_core.submission import launch_staged
 
 DRIVER_KEY = "batch-driver/{group_id}/{round}"
 # Extra attempts for a child whose launch a dying driver left half-done (it never ran).
@@ -165,26 +165,25 @@ class Driver:
             pass  # it reads Lost after the submit grace, then counts as a failed attempt
 
     def _stage_retry(self, index: int, attempt: int) -> None:
-        """Stage attempt ``attempt`` from the verified call of the attempt before it."""
+        """Stage attempt ``attempt`` from the verified call of the attempt before it,
+        re-bound to the new job id (never unpickled here)."""
         group = self.records.group_id
         previous = child_job_id(group, index, attempt - 1)
+        job_id = child_job_id(group, index, attempt)
         storage = self.records.storage
-        if storage.exists(layout.job_file(child_job_id(group, index, attempt), layout.PAYLOAD)):
-            return
-        _, call = load_envelope(
-            storage,
-            layout.job_file(previous, layout.PAYLOAD),
-            kind="call",
-            job_id=previous,
-            signing_key=self.records.signing_key,
-        )
-        target = replace(
-            Target.from_stored(self.records.manifest["target"]),
-            signing_key=self.records.signing_key,
-        )
-        plan = _Submission(target, call, list(target.pickle_by_value or []), "", {})
         try:
-            plan.stage(child_job_id(group, index, attempt))
+            with storage.open_write(
+                layout.job_file(job_id, layout.PAYLOAD), create_only=True
+            ) as fh:
+                rebind_envelope(
+                    storage,
+                    layout.job_file(previous, layout.PAYLOAD),
+                    fh,
+                    kind="call",
+                    job_id=previous,
+                    new_job_id=job_id,
+                    signing_key=self.records.signing_key,
+                )
         except FileExistsError:
             pass  # another driver staged it
 

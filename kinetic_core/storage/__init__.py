@@ -47,6 +47,18 @@ class Storage(Protocol):
     def location(self, key: str) -> str:
         """A URI for humans and links (file://... or gs://...)."""
 
+    def put_file(self, key: str, source: str, *, create_only: bool = False) -> None:
+        """Stream a local file to ``key``, published atomically (the data plane's upload)."""
+
+    def get_file(self, key: str, dest: str) -> None:
+        """Stream ``key`` into the local file ``dest``; FileNotFoundError when absent."""
+
+    def walk(self, prefix: str) -> list[str]:
+        """Every object under ``prefix``, recursively, as ``/``-paths relative to it."""
+
+    def local_path(self, key: str) -> str | None:
+        """A local path holding ``key``'s bytes where storage is a local disk, else None."""
+
 
 _cache: dict[str, Storage] = {}
 _lock = threading.Lock()

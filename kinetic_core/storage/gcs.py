@@ -254,6 +254,33 @@ class GCSStorage:
                 return  # our first attempt won; only its response was lost
             raise FileExistsError(self.location(key)) from exc
 
+    def put_file(self, key: str, source: str, *, create_only: bool = False) -> None:
+        with open(source, "rb") as fh:
+            self._upload(key, fh, os.fstat(fh.fileno()).st_size, create_only)
+
+    def get_file(self, key: str, dest: str) -> None:
+        blob = self._get_bucket().blob(self._name(key), chunk_size=CHUNK_SIZE)
+
+        def download() -> None:
+            with open(dest, "wb") as fh:
+                blob.download_to_file(fh, retry=None)
+
+        self._call(download, key)
+
+    def walk(self, prefix: str) -> list[str]:
+        self._get_bucket()
+        base = self._name(prefix)
+        base = f"{base}/" if base else ""
+        names = self._call(
+            lambda: [b.name[len(base) :] for b in self._list_blobs(prefix=base)],
+            prefix,
+            missing="bucket",
+        )
+        return sorted(n for n in names if n and not n.endswith("/"))
+
+    def local_path(self, key: str) -> str | None:
+        return None
+
     # ---- deletes --------------------------------------------------------------------------
     def delete(self, key: str) -> None:
         blob = self._get_bucket().blob(self._name(key))

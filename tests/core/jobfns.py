@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -129,3 +130,84 @@ def resumable(workdir: str, steps: int, exit_code: int | None = None) -> dict[st
 
 def exit_with(code: int) -> None:
     raise SystemExit(code)
+
+
+def read_tree(path: str) -> dict[str, str]:
+    """{relative path: text} of a file or folder (a file: {name: text})."""
+    if os.path.isfile(path):
+        with open(path) as fh:
+            return {os.path.basename(path): fh.read()}
+    found = {}
+    for base, _, names in os.walk(path):
+        for name in names:
+            full = os.path.join(base, name)
+            with open(full) as fh:
+                found[os.path.relpath(full, path)] = fh.read()
+    return found
+
+
+def describe(value: Any) -> Any:
+    """Each str in nested containers: (its type, its content) when it is an existing path."""
+    if isinstance(value, str):
+        return ["path", read_tree(value)] if os.path.exists(value) else value
+    if isinstance(value, dict):
+        return {k: describe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [describe(v) for v in value]
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: describe(getattr(value, k)) for k in value.__dataclass_fields__}
+    return repr(value)
+
+
+def try_overwrite(path: str) -> str:
+    try:
+        with open(path, "w") as fh:
+            fh.write("corrupted")
+    except OSError as exc:
+        return type(exc).__name__
+    return "written"
+
+
+def checkpointed(steps: int, fail_at: int | None = None) -> list[int]:
+    """Resumes from ``ckpt.json`` in its output folder; fails once at ``fail_at``."""
+    ckpt = os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "ckpt.json")
+    done: list[int] = []
+    if os.path.exists(ckpt):
+        with open(ckpt) as fh:
+            done = json.load(fh)
+    for step in range(len(done), steps):
+        if step == fail_at and os.environ.get("KINETIC_JOB_ID", "").endswith("-1"):
+            raise RuntimeError(f"failed at step {step}")
+        done.append(step)
+        with open(ckpt, "w") as fh:
+            json.dump(done, fh)
+    return done
+
+
+def write_then(name: str, then: str, seconds: float = 0.0, ready: str = "") -> None:
+    """Write ``name`` into the output folder (then touch ``ready``), then fail, sleep, or
+    return."""
+    with open(os.path.join(os.environ["KINETIC_OUTPUT_DIR"], name), "w") as fh:
+        fh.write(os.environ.get("KINETIC_OUTPUT_URI", ""))
+    if ready:
+        with open(ready, "w"):
+            pass
+    if then == "fail":
+        raise RuntimeError("failed after writing")
+    if then == "sleep":
+        time.sleep(seconds)
+
+
+def sync_counts() -> list[int]:
+    import kinetic_core as kc
+
+    out = os.environ["KINETIC_OUTPUT_DIR"]
+    counts = []
+    with open(os.path.join(out, "a.txt"), "w") as fh:
+        fh.write("a")
+    counts.append(kc.sync_outputs())
+    counts.append(kc.sync_outputs())
+    with open(os.path.join(out, "b.txt"), "w") as fh:
+        fh.write("b")
+    counts.append(kc.sync_outputs())
+    return counts

@@ -119,3 +119,21 @@ def slotted(value: int, slots: str, then_sleep: float = 0.3) -> int:
         return value
     finally:
         os.unlink(held)
+
+
+def data_round_trip(arg: str, mounted: str) -> dict[str, object]:
+    """Read a Data argument and a Data volume; write the output folder."""
+    with open(arg) as fh:
+        text = fh.read()
+    names = sorted(os.listdir(mounted))
+    with open(os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "seen.txt"), "w") as fh:
+        fh.write(text + "|" + ",".join(names))
+    return {"arg": text, "mounted": names, "out": os.environ["KINETIC_OUTPUT_DIR"]}
+
+
+def where_am_i() -> dict[str, object]:
+    return {
+        "cwd": os.getcwd(),
+        "cwd_entries": sorted(os.listdir(".")),
+        "env": sorted(os.environ),
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -336,3 +337,70 @@ def test_job_state_translation_fixtures() -> None:
         },
     }
     assert job_state(pull, [disrupted]).reason == "Preempted"
+
+
+def test_gke_fuse_volumes_mount_through_the_csi_driver(kube: kc.Target) -> None:
+    """volumes={path: Data(gs://..., fuse=True)} on GKE: a CSI volume per mount plus the pod
+    annotation the GCS FUSE sidecar injector needs; the API server accepts the manifest."""
+    target = kube.merge({"backend": "gke"}).resolve()
+    spec = LaunchSpec(
+        job_id="fuse-volumes",
+        storage_uri=target.storage or "",
+        target=target,
+        fuse_volumes={"/data/train": "gs://bucket-a/sets/train/", "/data/all": "gs://bucket-b"},
+    )
+    created = _backend(kube).create_job(spec, dry_run=True)
+    template = created["spec"]["template"]
+    assert template["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
+    volumes = {v["name"]: v["csi"] for v in template["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m for m in template["spec"]["containers"][0]["volumeMounts"]}
+    train = volumes[mounts["/data/train"]["name"]]
+    assert train["driver"] == "gcsfuse.csi.storage.gke.io"
+    assert train["volumeAttributes"] == {
+        "bucketName": "bucket-a",
+        "mountOptions": "only-dir=sets/train",
+    }
+    assert volumes[mounts["/data/all"]["name"]]["volumeAttributes"] == {"bucketName": "bucket-b"}
+    assert all(m["readOnly"] for m in mounts.values())
+    plain = LaunchSpec(job_id="no-fuse", storage_uri=target.storage or "", target=target)
+    assert (
+        "volumes" not in _backend(kube).create_job(plain, dry_run=True)["spec"]["template"]["spec"]
+    )
+
+
+def test_data_arguments_volumes_and_outputs_on_gcs(
+    kube: kc.Target, gcs_emulator: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "arg.txt").write_text("hello")
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "x.csv").write_text("1")
+    mount = f"/tmp/kinetic-mount-{os.urandom(4).hex()}"
+    job = kc.submit(
+        k8s_fns.data_round_trip,
+        (kc.Data(tmp_path / "arg.txt"), mount),
+        target=kube.merge({"storage": gcs_emulator.uri(f"k8s-data-{os.urandom(3).hex()}")}),
+        volumes={mount: kc.Data(tmp_path / "set")},
+    )
+    value = job.result(timeout=180)
+    assert value["arg"] == "hello" and value["mounted"] == ["x.csv"]
+    assert not str(value["out"]).startswith("gs:")
+    got = Path(job.download_outputs(tmp_path / "got"))
+    assert (got / "seen.txt").read_text() == "hello|x.csv"
+
+
+def test_pods_get_the_manifest_env_and_a_fresh_working_directory(
+    kube: kc.Target, gcs_emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing passes to a pod by accident: not the agent's (or submitter's) environment,
+    not the submitter's working directory; the emulator endpoint comes from the manifest."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "local-only.txt").write_text("x")
+    job = kc.submit(
+        k8s_fns.where_am_i,
+        target=kube.merge({"storage": gcs_emulator.uri(f"k8s-env-{os.urandom(3).hex()}")}),
+    )
+    seen = job.result(timeout=180)
+    assert seen["cwd"] != str(tmp_path) and seen["cwd_entries"] == []
+    assert "STORAGE_EMULATOR_HOST" in seen["env"]  # from the manifest
+    assert "KINETIC_KILL_GRACE" not in seen["env"]  # set in the test process, not the pod's
+    assert "KUBECONFIG" not in seen["env"]

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import math
+import os
 import re
 from typing import Any
 
@@ -93,6 +94,7 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
         )
     if t.project:
         env.append({"name": "GOOGLE_CLOUD_PROJECT", "value": t.project})
+    env.extend(storage_env(spec.storage_uri))
     container: dict[str, Any] = {
         "name": KINETIC_CONTAINER,
         **({"image": t.image} if t.image else {}),
@@ -126,6 +128,8 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
     deadline = t.active_deadline or t.life_span
     if deadline:
         job_spec["activeDeadlineSeconds"] = math.ceil(deadline)
+    if t.backend == "gke":
+        add_fuse_volumes(job_spec["template"], container, spec.fuse_volumes)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -141,6 +145,42 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
         },
         "spec": job_spec,
     }
+
+
+def storage_env(storage_uri: str) -> list[dict[str, str]]:
+    """A gs:// root served by a GCS emulator (STORAGE_EMULATOR_HOST where the job is
+    submitted) is served by the same emulator in the pod: the job must reach the storage
+    its submitter wrote."""
+    host = os.environ.get("STORAGE_EMULATOR_HOST")
+    if storage_uri.startswith("gs://") and host:
+        return [{"name": "STORAGE_EMULATOR_HOST", "value": host}]
+    return []
+
+
+FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+
+
+def add_fuse_volumes(
+    template: dict[str, Any], container: dict[str, Any], volumes: dict[str, str]
+) -> None:
+    """Mount each ``gs://bucket/prefix/`` at its path through the GCS FUSE CSI driver
+    (``volumes={path: Data(uri, fuse=True)}`` on GKE); the runner finds them mounted."""
+    if not volumes:
+        return
+    annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations["gke-gcsfuse/volumes"] = "true"
+    pod_volumes = template["spec"].setdefault("volumes", [])
+    mounts = container.setdefault("volumeMounts", [])
+    for index, (path, uri) in enumerate(sorted(volumes.items())):
+        bucket, _, prefix = uri[len("gs://") :].partition("/")
+        attributes = {"bucketName": bucket}
+        if prefix.strip("/"):
+            attributes["mountOptions"] = f"only-dir={prefix.strip('/')}"
+        name = f"kinetic-data-{index}"
+        pod_volumes.append(
+            {"name": name, "csi": {"driver": FUSE_DRIVER, "volumeAttributes": attributes}}
+        )
+        mounts.append({"name": name, "mountPath": path, "readOnly": True})
 
 
 def secret_manifest(spec: LaunchSpec) -> dict[str, Any]:

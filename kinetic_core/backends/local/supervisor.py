@@ -100,8 +100,20 @@ def main(argv: list[str], channel: socket.socket | None = None) -> int:
     _, status = os.waitpid(child, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
     reap_descendants()
+    _final_sync(runner_argv)
     _record(exit_path, describe_exit(status, stop_reason[0] if stop_reason else None, life_span))
     return 0
+
+
+def _final_sync(runner_argv: list[str]) -> None:
+    """The runner syncs its outputs as it ends; if it was killed first, do it for it."""
+    try:
+        from kinetic_core.outputs import finish
+
+        storage_uri = runner_argv[runner_argv.index("--storage") + 1]
+        finish(storage_uri, runner_argv[runner_argv.index("--job-id") + 1])
+    except Exception as exc:  # the exit record below must be written whatever happens
+        print(f"kinetic supervisor: outputs not synced: {exc}", file=sys.stderr, flush=True)
 
 
 def _claim(job_dir: str, runner_argv: list[str]) -> bool:

@@ -45,7 +45,7 @@ CACHE_ROOT = Path(
 )
 BIN_DIR = CACHE_ROOT / K8S_VERSION / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
-NODE_NAMES = ("node-cpu", "node-gpu", "node-tpu", "node-spot")
+NODE_NAMES = ("node-cpu", "node-gpu", "node-tpu", "node-spot", "node-tpu-spot")
 CONTEXT = "kinetic-test"
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
@@ -519,3 +519,28 @@ class TestCluster:
         path.write_text(json.dumps(kubeconfig, indent=2))  # JSON is valid YAML
         path.chmod(0o600)
         return path
+
+
+@contextlib.contextmanager
+def running_cluster() -> Iterator[TestCluster]:
+    """A started cluster for suites outside tests/kubernetes (the examples end to end);
+    start it after the GCS emulator so its node agent can reach it."""
+    ensure_built()
+    cluster = TestCluster()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def kinetic_env(cluster: TestCluster, storage_uri: str) -> dict[str, str]:
+    """KINETIC_* variables that send jobs to this cluster with ``storage_uri``."""
+    return {
+        "KINETIC_STORAGE": storage_uri,
+        "KINETIC_BACKEND": "kubernetes",
+        "KINETIC_KUBE_CONTEXT": CONTEXT,
+        "KINETIC_NAMESPACE": "default",
+        "KINETIC_POLL_INTERVAL": "0.5",
+        "KUBECONFIG": str(cluster.kubeconfig_path),
+    }

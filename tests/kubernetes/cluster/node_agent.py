@@ -72,6 +72,9 @@ DISRUPTIONS = {
     },
     "evict": {"reason": "Evicted", "message": "The node was low on resource: memory."},
 }
+# What a container image provides: the interpreter and its packages. Nothing else of the
+# agent's environment reaches a pod; everything else comes from the manifest.
+IMAGE_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "TZ")
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 
 
@@ -104,6 +107,19 @@ DEFAULT_NODES: tuple[NodeSpec, ...] = (
         "node-spot",
         labels={"cloud.google.com/gke-spot": "true"},
         taints=[{"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}],
+    ),
+    NodeSpec(  # a spot TPU slice, as the nightly example's `train` asks for
+        "node-tpu-spot",
+        labels={
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+            "cloud.google.com/gke-tpu-topology": "2x4",
+            "cloud.google.com/gke-spot": "true",
+        },
+        extra_capacity={"google.com/tpu": "8"},
+        taints=[
+            {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"},
+            {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"},
+        ],
     ),
 )
 
@@ -516,6 +532,8 @@ class Agent:
         code = run.proc.wait()
         pump.join()
         self._wait_extra_containers(run, pod, code)
+        if cwd and cwd.startswith(str(self.state_dir / "pods")):
+            shutil.rmtree(cwd, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             (self.pid_dir / run.uid).unlink()
         code = 128 - code if code < 0 else code  # killed by signal N -> 128+N
@@ -622,7 +640,7 @@ class Agent:
         self, pod: dict[str, Any], container: dict[str, Any] | None = None
     ) -> tuple[list[str], dict[str, str], str | None]:
         container = container or pod["spec"]["containers"][0]
-        env = dict(os.environ)
+        env = {k: os.environ[k] for k in IMAGE_ENV if k in os.environ}
         for item in container.get("envFrom") or []:
             env.update(self._env_from(pod["metadata"]["namespace"], item))
         for item in container.get("env") or []:
@@ -637,6 +655,10 @@ class Agent:
         cwd = container.get("workingDir") or None
         if cwd and not os.path.isdir(cwd):
             raise ValueError(f"workingDir {cwd!r} does not exist on this machine")
+        if cwd is None:  # a fresh folder, as a container's own filesystem: no shared disk
+            cwd = str(self.state_dir / "pods" / pod["metadata"]["uid"])
+            os.makedirs(cwd, exist_ok=True)
+            env["HOME"] = cwd
         return argv, env, cwd
 
     def _env_from(self, namespace: str, item: dict[str, Any]) -> dict[str, str]:

@@ -1,0 +1,485 @@
+"""``Data``: files a job needs, uploaded once (content-addressed) and arriving as a local path.
+
+At submit every ``Data`` in the call's arguments (nested in lists, tuples, dicts, sets,
+dataclasses) and in ``volumes`` is checked and hashed first (bad input fails before anything
+is written), then uploaded to ``data/{digest}/`` in parallel, each object create-only, the
+manifest last: a killed upload leaves no data that reads as complete, and an unchanged
+resubmit uploads nothing. The payload carries a ``DataRef`` instead; the runner turns it
+back into a ``str`` path (``materialize``), so the function never sees ``Data``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import errno
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import stat
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kinetic_core import layout
+from kinetic_core.errors import ConfigError, SubmissionError
+
+__all__ = [
+    "Data",
+    "DataRef",
+    "check_volumes",
+    "fuse_volumes",
+    "materialize",
+    "prepare",
+    "transform",
+]
+
+log = logging.getLogger(__name__)
+
+#: Parallel transfers: enough to hide per-object latency on GCS, few enough for a laptop.
+WORKERS = 16
+#: Hashing and local-disk copies are CPU-bound: one thread per core (hashlib and
+#: copy_file_range release the GIL); more only contend.
+HASHERS = max(2, os.cpu_count() or 2)
+
+
+def _workers(storage: Any) -> int:
+    return HASHERS if storage.local_path("") else WORKERS
+
+
+_CHUNK = 4 << 20
+
+
+@dataclass(frozen=True)
+class Data:
+    """A local file or folder (relative or absolute), a ``file://`` URI, or a ``gs://`` URI
+    (trailing ``/``: every object under that prefix) that the job reads as a local path.
+
+    ``fuse=True``: on GKE a ``gs://`` volume is mounted through GCS FUSE instead of being
+    downloaded; elsewhere it is downloaded (with a logged note).
+    """
+
+    path: str
+    fuse: bool = dataclasses.field(default=False, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str | os.PathLike) or not os.fspath(self.path):
+            raise ConfigError(f"Data(path) needs a non-empty path or URI, got {self.path!r}.")
+        object.__setattr__(self, "path", os.fspath(self.path))
+
+    @property
+    def remote(self) -> bool:
+        return self.path.startswith("gs://")
+
+    @property
+    def local_path(self) -> str:
+        """The local path (``file://`` stripped, made absolute)."""
+        path = self.path[len("file://") :] if self.path.startswith("file://") else self.path
+        return os.path.abspath(os.path.expanduser(path))
+
+    def content_hash(self) -> str:
+        """sha256 hex over the relative paths and contents ("file:"/"dir:" prefixed), the
+        same on every machine; symlinks count as what they point at. A ``gs://`` Data has
+        no local content: its hash is over its URI."""
+        if self.remote:
+            return hashlib.sha256(f"uri:{self.path}".encode()).hexdigest()
+        return _scan(self).digest()
+
+
+@dataclass(frozen=True)
+class DataRef:
+    """What the payload carries in place of a ``Data``: where its bytes are."""
+
+    source: str  # "stored": data/{digest} in the job's storage; else the gs:// URI
+    digest: str
+    name: str  # the file's name ("" for a folder)
+    is_dir: bool
+    fuse: bool = False
+
+
+# ---- scanning and hashing (submit side) ------------------------------------------------------
+@dataclass
+class _Tree:
+    data: Data
+    is_dir: bool
+    files: list[tuple[str, str]]  # (relative /-path, absolute path)
+    hashes: list[str] = dataclasses.field(default_factory=list)
+
+    def digest(self, then: Callable[[str, str], None] | None = None, workers: int = 0) -> str:
+        """The tree's content hash. ``then(sha, path)`` runs for each file as soon as it is
+        hashed (the upload), so hashing one file overlaps copying another."""
+        if not self.hashes or then is not None:
+            hashes = [""] * len(self.files)
+
+            def one(index: int) -> None:
+                path = self.files[index][1]
+                hashes[index] = _file_hash(self.data, path)
+                if then is not None:
+                    then(hashes[index], path)
+
+            parallel(one, range(len(self.files)), workers or HASHERS)
+            self.hashes = hashes
+        h = hashlib.sha256(b"dir:" if self.is_dir else b"file:")
+        for (rel, _), digest in zip(self.files, self.hashes, strict=True):
+            h.update(f"{rel}\0{digest}\n".encode())
+        return h.hexdigest()
+
+
+def _bad(data: Data, problem: str, todo: str) -> SubmissionError:
+    return SubmissionError(f"Data({data.path!r}): {problem}. {todo}")
+
+
+def _stat(data: Data, path: str) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise _bad(data, f"{path} is a broken symlink", "Fix or remove the link.") from None
+        raise _bad(
+            data,
+            f"{path} does not exist",
+            f"Check the path (a relative path is resolved against {os.getcwd()}).",
+        ) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _bad(data, f"{path} is a symlink loop", "Fix the symlinks.") from None
+        raise _bad(data, f"cannot read {path} ({exc.strerror})", "Fix its permissions.") from None
+
+
+def _scan(data: Data) -> _Tree:
+    root = data.local_path
+    st = _stat(data, root)
+    if stat.S_ISREG(st.st_mode):
+        _readable(data, root)
+        return _Tree(data, False, [(os.path.basename(root), root)])
+    if not stat.S_ISDIR(st.st_mode):
+        raise _bad(data, f"{root} is neither a file nor a folder", "Pass a file or a folder.")
+    files: list[tuple[str, str]] = []
+    _walk(data, root, "", frozenset(), files)
+    return _Tree(data, True, files)
+
+
+def _walk(data: Data, folder: str, rel: str, ancestors: frozenset[str], out: list[Any]) -> None:
+    real = os.path.realpath(folder)
+    if real in ancestors:
+        raise _bad(data, f"{folder} is a symlink loop (back to {real})", "Fix the symlinks.")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        raise _bad(data, f"cannot list {folder} ({exc.strerror})", "Fix its permissions.") from None
+    for name in names:
+        path = os.path.join(folder, name)
+        st = _stat(data, path)
+        if stat.S_ISDIR(st.st_mode):
+            _walk(data, path, f"{rel}{name}/", ancestors | {real}, out)
+        elif stat.S_ISREG(st.st_mode):
+            _readable(data, path)
+            out.append((f"{rel}{name}", path))
+
+
+def _readable(data: Data, path: str) -> None:
+    if not os.access(path, os.R_OK):
+        raise _bad(data, f"{path} is not readable", "Fix its permissions (chmod u+r).")
+
+
+#: sha256 of files this process hashed, by identity (device, inode, size, times): a second
+#: submit of unchanged data reads nothing.
+_hashed: dict[tuple[int, ...], str] = {}
+
+
+def _file_hash(data: Data, path: str) -> str:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if identity in _hashed:
+                return _hashed[identity]
+            while chunk := fh.read(_CHUNK):
+                h.update(chunk)
+    except OSError as exc:
+        raise _bad(data, f"cannot read {path} ({exc.strerror})", "Fix its permissions.") from None
+    _hashed[identity] = h.hexdigest()
+    return _hashed[identity]
+
+
+def _check_remote(data: Data) -> bool:
+    """Whether the gs:// Data is a folder (a trailing '/', or no object of that name but
+    objects under it: a job's ``output_dir``); SubmissionError when nothing is there."""
+    from kinetic_core.storage import open_storage
+
+    bucket, _, name = data.path[len("gs://") :].partition("/")
+    storage = open_storage(f"gs://{bucket}")
+    if data.path.endswith("/") or not name:
+        if not storage.walk(name.rstrip("/")):
+            raise _bad(data, "no object exists under that prefix", "Check the URI.")
+        return True
+    if storage.exists(name):
+        return False
+    if storage.walk(name):
+        return True
+    raise _bad(
+        data,
+        "the object does not exist",
+        "Check the URI (end it with '/' for every object under a prefix).",
+    )
+
+
+# ---- walking arguments -----------------------------------------------------------------------
+def transform(value: Any, fn: Callable[[Any], Any], kind: type) -> Any:
+    """``value`` with every instance of ``kind`` replaced by ``fn(it)``, looking inside
+    lists, tuples (named too), dicts, sets and dataclass instances; unchanged parts keep
+    their identity."""
+    if isinstance(value, kind):
+        return fn(value)
+    if isinstance(value, list):
+        items = [transform(v, fn, kind) for v in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    if isinstance(value, tuple):
+        items = [transform(v, fn, kind) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if isinstance(value, dict):
+        pairs = {k: transform(v, fn, kind) for k, v in value.items()}
+        if all(pairs[k] is v for k, v in value.items()):
+            return value
+        clone = copy.copy(value)
+        clone.update(pairs)
+        return clone
+    if isinstance(value, set | frozenset):
+        items = [transform(v, fn, kind) for v in value]
+        return type(value)(items) if any(i not in value for i in items) else value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name, None)
+            new = transform(old, fn, kind)
+            if new is not old:
+                changed[f.name] = new
+        if not changed:
+            return value
+        copied: Any = copy.copy(value)
+        for name, new in changed.items():
+            object.__setattr__(copied, name, new)
+        return copied
+    return value
+
+
+def _collect(value: Any) -> list[Data]:
+    found: list[Data] = []
+
+    def keep(data: Data) -> Data:
+        found.append(data)
+        return data
+
+    transform(value, keep, Data)
+    return found
+
+
+# ---- submit ----------------------------------------------------------------------------------
+def check_volumes(volumes: Any, backend: str) -> dict[str, Data]:
+    """``volumes`` normalized: absolute, distinct, not nested in one another, each a Data."""
+    if not volumes:
+        return {}
+    if not isinstance(volumes, dict):
+        raise ConfigError(f"volumes must be a dict {{'/abs/path': Data(...)}}, got {volumes!r}.")
+    if backend == "local":
+        raise ConfigError(
+            "The local backend cannot honour a mount path (volumes=...): its jobs share this "
+            "machine's filesystem. Pass the Data as an argument instead; it arrives as a path."
+        )
+    normalized: dict[str, Data] = {}
+    for path, data in volumes.items():
+        if not isinstance(path, str) or not posixpath.isabs(path):
+            raise ConfigError(f"Mount path {path!r} must be absolute (e.g. '/data/train').")
+        if not isinstance(data, Data):
+            raise ConfigError(f"volumes[{path!r}] must be a kinetic_core.Data, got {data!r}.")
+        norm = posixpath.normpath(path)
+        if norm == "/":
+            raise ConfigError("Mount path '/' would hide the job's filesystem: pick a folder.")
+        for other in normalized:
+            if norm == other or norm.startswith(other + "/") or other.startswith(norm + "/"):
+                raise ConfigError(
+                    f"Mount paths {path!r} and {other!r} collide: give each Data its own folder."
+                )
+        normalized[norm] = data
+    return normalized
+
+
+def prepare(call: dict[str, Any], volumes: dict[str, Data], storage: Any) -> dict[str, Any]:
+    """The call with every Data replaced by a DataRef, its bytes uploaded. Everything is
+    checked and hashed before the first byte is written."""
+    found = _collect((call["args"], call["kwargs"])) + list(volumes.values())
+    if not found:
+        return call
+    remote = {d: _plan_remote(d) for d in found if d.remote}
+    trees = {d: _scan(d) for d in found if not d.remote}  # every check before any write
+    refs = {**remote, **{d: _upload(storage, tree) for d, tree in trees.items()}}
+
+    def ref(data: Data) -> DataRef:
+        return refs[data]
+
+    return {
+        **call,
+        "args": transform(call["args"], ref, Data),
+        "kwargs": transform(call["kwargs"], ref, Data),
+        "volumes": {path: ref(d) for path, d in volumes.items()},
+        "has_data": True,
+    }
+
+
+def fuse_volumes(call: dict[str, Any]) -> dict[str, str]:
+    """Mount path -> gs:// URI of the call's volumes that asked for GCS FUSE."""
+    volumes = call.get("volumes") or {}
+    return {p: r.source for p, r in volumes.items() if r.fuse and r.source.startswith("gs://")}
+
+
+def _plan_remote(data: Data) -> DataRef:
+    is_dir = _check_remote(data)
+    return DataRef(data.path, data.content_hash(), "", is_dir, data.fuse)
+
+
+def _upload(storage: Any, tree: _Tree) -> DataRef:
+    """Each file is stored once as ``data/blobs/{sha256}`` (create-only, right after it is
+    hashed, in parallel); then, on a local disk, ``data/{digest}/`` is laid out as hard
+    links to the blobs (the job reads it in place); the manifest is written last: it marks
+    the data complete."""
+
+    def put(sha: str, source: str) -> None:
+        key = layout.data_blob(sha)
+        if storage.exists(key):
+            return  # stored before: nothing to send
+        try:
+            storage.put_file(key, source, create_only=True)
+        except FileExistsError:
+            pass  # a concurrent submit stored this very content
+        local = storage.local_path(key)
+        if local:
+            os.chmod(local, 0o400)  # jobs read it in place: make a write fail loudly
+
+    digest = tree.digest(then=put, workers=_workers(storage))
+    name = "" if tree.is_dir else tree.files[0][0]
+    ref = DataRef("stored", digest, name, tree.is_dir, tree.data.fuse)
+    manifest = layout.data_manifest(digest)
+    if storage.exists(manifest):
+        return ref
+    files = {rel: sha for (rel, _), sha in zip(tree.files, tree.hashes, strict=True)}
+    folder = storage.local_path(layout.data_dir(digest))
+    if folder:
+        os.makedirs(folder, mode=0o700, exist_ok=True)  # also for an empty folder
+        for rel, sha in files.items():
+            target = os.path.join(folder, *rel.split("/"))
+            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+            with contextlib.suppress(FileExistsError):  # an interrupted earlier layout
+                os.link(storage.local_path(layout.data_blob(sha)), target)
+    body = {"is_dir": tree.is_dir, "files": files}
+    with contextlib.suppress(FileExistsError):
+        storage.write_bytes(manifest, json.dumps(body).encode(), create_only=True)
+    return ref
+
+
+def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int = WORKERS) -> None:
+    """``fn(item)`` for every item on up to ``workers`` threads, each pulling the next item
+    (no future per item: thousands of small files cost no scheduling); the first error is
+    raised once all threads stopped."""
+    todo = iter(list(items))
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        for item in todo:  # a list iterator hands each item to exactly one thread
+            if errors:
+                return
+            try:
+                fn(item)
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+# ---- in the job ------------------------------------------------------------------------------
+def _safe(rel: str) -> str:
+    """A relative /-path from storage, refused if it could escape its folder."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise SubmissionError(f"Refusing the stored data path {rel!r}: it is not a plain path.")
+    return rel
+
+
+def materialize(ref: DataRef, storage: Any, scratch: str, dest: str | None = None) -> str:
+    """A local path holding ``ref``'s content: read in place on a local disk, else
+    downloaded (in parallel) into ``dest`` or under ``scratch``. A file arrives under its
+    own name inside ``dest``."""
+    _sha(ref.digest)
+    if ref.name:
+        _safe(ref.name)
+    if ref.source == "stored":
+        local = storage.local_path(layout.data_dir(ref.digest))
+        if local and dest is None:
+            return os.path.join(local, ref.name) if ref.name else local
+        manifest = json.loads(storage.read_bytes(layout.data_manifest(ref.digest)))
+        root = dest or os.path.join(scratch, ref.digest)
+        blobs = {_safe(rel): _sha(sha) for rel, sha in manifest["files"].items()}
+        download_blobs(storage, blobs, root)
+        return root if ref.is_dir else os.path.join(root, ref.name)
+    else:
+        from kinetic_core.storage import open_storage
+
+        if ref.fuse:
+            log.warning(
+                "kinetic: %s is downloaded (GCS FUSE mounts only on GKE volumes)", ref.source
+            )
+        bucket, _, name = ref.source[len("gs://") :].partition("/")
+        source = open_storage(f"gs://{bucket}")
+        if ref.is_dir:
+            prefix = name.rstrip("/")
+            files = source.walk(prefix)
+        else:
+            prefix, leaf = posixpath.split(name)
+            files = [leaf]
+    files = [_safe(f) for f in files]
+    root = dest or os.path.join(scratch, ref.digest)
+    download(source, prefix, files, root)
+    if ref.is_dir:
+        return root
+    return os.path.join(root, files[0])
+
+
+def _sha(value: str) -> str:
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise SubmissionError(f"Refusing a stored data reference {value!r}: not a sha256.")
+    return value
+
+
+def download_blobs(storage: Any, blobs: dict[str, str], root: str) -> None:
+    """Fetch ``{relative path: sha256}`` from ``data/blobs/`` into ``root``, in parallel."""
+
+    def get(item: tuple[str, str]) -> None:
+        target = os.path.join(root, *item[0].split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        storage.get_file(layout.data_blob(item[1]), target)
+
+    os.makedirs(root, exist_ok=True)
+    parallel(get, blobs.items(), _workers(storage))
+
+
+def download(storage: Any, prefix: str, files: list[str], root: str) -> None:
+    def get(rel: str) -> None:
+        target = os.path.join(root, *rel.split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        storage.get_file(f"{prefix}/{rel}" if prefix else rel, target)
+
+    os.makedirs(root, exist_ok=True)
+    parallel(get, files, _workers(storage))

@@ -1,0 +1,184 @@
+"""The job's output folder: a real local folder, synced to ``outputs/{job_id}/`` in storage.
+
+Inside a job ``KINETIC_OUTPUT_DIR`` is a local directory (on ``file://`` storage it is the
+storage folder itself, so there is nothing to sync) and ``KINETIC_OUTPUT_URI`` its storage
+URI. Sync is incremental (a file is sent again only when its size or mtime changed) and
+happens on ``sync_outputs()``, when the function ends however it ends, on SIGTERM (cancel,
+``life_span``, pod deletion) and, on the local backend, once more by the supervisor after
+the runner died (a SIGKILL cannot be caught). A new attempt of an idempotency key starts
+with its latest earlier attempt's outputs (``inherit_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+from typing import Any
+
+from kinetic_core import layout
+from kinetic_core.ids import keyed_id, validate_id
+from kinetic_core.storage import Storage, open_storage
+
+__all__ = ["download_outputs", "inherit_checkpoint", "prepare", "sync", "sync_outputs"]
+
+_STATE = "synced.json"  # beside the folder, not in it: {relative path: [size, mtime_ns]}
+_lock = threading.Lock()
+
+
+def local_root(job_id: str) -> str:
+    """This machine's private folder for the job's outputs (``out/``) and sync state."""
+    validate_id(job_id)
+    base = os.path.join(tempfile.gettempdir(), f"kinetic-jobs-{os.getuid()}")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    st = os.lstat(base)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(f"{base} is not private to this user: remove it and retry")
+    return os.path.join(base, job_id)
+
+
+def folder(storage: Storage, job_id: str) -> str:
+    """The job's KINETIC_OUTPUT_DIR on this machine."""
+    in_place = storage.local_path(layout.outputs(job_id))
+    return in_place or os.path.join(local_root(job_id), "out")
+
+
+def prepare(storage: Storage, job_id: str) -> str:
+    """Create the output folder, seed it from an earlier attempt, export the env vars."""
+    out = folder(storage, job_id)
+    for path in (os.path.dirname(out), out):  # makedirs' mode covers the leaf only
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    inherit_checkpoint(storage, job_id, out)
+    os.environ["KINETIC_OUTPUT_DIR"] = out
+    os.environ["KINETIC_OUTPUT_URI"] = storage.location(layout.outputs(job_id))
+    os.environ["KINETIC_JOB_STORAGE"] = storage.uri
+    return out
+
+
+def inherit_checkpoint(storage: Storage, job_id: str, dest: str) -> str | None:
+    """Copy into ``dest`` the outputs of the latest earlier attempt of this job's
+    idempotency key that has any; return that attempt's job id (None: nothing to inherit).
+
+    Works however attempt N+1 was created (a resubmit, a batch child retry, a recovery):
+    it only needs ``handle.json``, whose key and attempt must name this very job id.
+    Files already in ``dest`` are kept (a restarted runner of the same attempt).
+    """
+    try:
+        handle = json.loads(storage.read_bytes(layout.job_file(job_id, layout.HANDLE)))
+    except (FileNotFoundError, ValueError):
+        return None
+    key, attempt = handle.get("idempotency_key"), handle.get("attempt")
+    if not isinstance(key, str) or not isinstance(attempt, int) or attempt < 2:
+        return None
+    if keyed_id(key, attempt) != job_id or handle.get("job_id") != job_id:
+        return None  # a record not bound to this job: act on nothing
+    for n in range(attempt - 1, 0, -1):
+        previous = keyed_id(key, n)
+        files = storage.walk(layout.outputs(previous))
+        if not files:
+            continue
+        todo = [f for f in files if not os.path.exists(os.path.join(dest, *f.split("/")))]
+        _fetch(storage, layout.outputs(previous), todo, dest)
+        return previous
+    return None
+
+
+def _fetch(storage: Storage, prefix: str, files: list[str], dest: str) -> None:
+    from kinetic_core.data import download
+
+    download(storage, prefix, files, dest)
+
+
+# ---- sync ------------------------------------------------------------------------------------
+def sync(storage: Storage, job_id: str, out: str | None = None) -> int:
+    """Send what changed in the job's output folder since the last sync; delete what was
+    removed. Returns the number of files sent. A no-op where the folder is the storage."""
+    out = out or folder(storage, job_id)
+    if storage.local_path(layout.outputs(job_id)) == out or not os.path.isdir(out):
+        return 0
+    from kinetic_core.data import parallel
+
+    state_path = os.path.join(os.path.dirname(out), _STATE)
+    try:
+        with open(state_path) as fh:
+            sent: dict[str, list[int]] = json.load(fh)
+    except (OSError, ValueError):
+        sent = {}
+    now: dict[str, list[int]] = {}
+    for base, _, names in os.walk(out):
+        rel = os.path.relpath(base, out)
+        for name in names:
+            path = os.path.join(base, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # removed while we looked
+            key = name if rel == "." else f"{rel}/{name}".replace(os.sep, "/")
+            now[key] = [st.st_size, st.st_mtime_ns]
+    changed = [k for k, v in now.items() if sent.get(k) != v]
+    prefix = layout.outputs(job_id)
+    parallel(lambda k: storage.put_file(f"{prefix}/{k}", os.path.join(out, k)), changed)
+    for gone in set(sent) - set(now):
+        storage.delete(f"{prefix}/{gone}")
+    tmp = f"{state_path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(now, fh)
+    os.replace(tmp, state_path)
+    return len(changed)
+
+
+def sync_outputs() -> int:
+    """Inside a job: send the output folder's changes to storage now (e.g. after writing a
+    checkpoint). Returns the number of files sent; 0 outside a job."""
+    job_id, uri = os.environ.get("KINETIC_JOB_ID"), os.environ.get("KINETIC_JOB_STORAGE")
+    if not job_id or not uri:
+        return 0
+    with _lock:
+        return sync(open_storage(uri), job_id, os.environ.get("KINETIC_OUTPUT_DIR"))
+
+
+def sync_if_idle(storage_uri: str, job_id: str) -> None:
+    """The final sync (the function ended, SIGTERM, or the runner died): skipped when a
+    sync is under way in this process (a signal interrupted it; the supervisor follows)."""
+    if not _lock.acquire(blocking=False):
+        return
+    try:
+        storage = open_storage(storage_uri)
+        sync(storage, job_id)
+    except Exception as exc:  # reported, never masks how the job ended
+        import sys
+
+        print(f"kinetic: could not sync outputs of {job_id}: {exc}", file=sys.stderr, flush=True)
+    finally:
+        _lock.release()
+
+
+def finish(storage_uri: str, job_id: str) -> None:
+    """Last sync as the job ends, then drop this machine's copy (and downloaded data).
+    Never raises: how the job ended must still be recorded."""
+    try:
+        root = local_root(job_id)
+        if not os.path.isdir(root):
+            return
+        if not storage_uri.startswith("file://"):  # there the folder is the storage
+            sync_if_idle(storage_uri, job_id)
+        shutil.rmtree(root, ignore_errors=True)
+    except Exception as exc:
+        import sys
+
+        print(f"kinetic: could not finish outputs of {job_id}: {exc}", file=sys.stderr, flush=True)
+
+
+# ---- the submitter's side --------------------------------------------------------------------
+def download_outputs(storage: Storage, job_id: str, dest: str) -> str:
+    """Copy the job's synced outputs into the local folder ``dest``; return it."""
+    prefix = layout.outputs(job_id)
+    _fetch(storage, prefix, storage.walk(prefix), dest)
+    return dest
+
+
+def outputs_uri(storage: Any, job_id: str) -> str:
+    """The job's outputs folder as a URI with a trailing '/' (a folder for ``Data``)."""
+    return storage.location(layout.outputs(job_id)) + "/"

@@ -1,0 +1,63 @@
+"""End to end: the nightly DAG of ``make demo`` (the very file), with ``dag.test()``, on the
+Kubernetes test cluster with gs:// storage on the GCS emulator. Data moves only through
+storage: the pods run in fresh folders with the manifest's environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kinetic_core.storage import open_storage
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "kubernetes"))
+
+from cluster.cluster import TestCluster, kinetic_env, running_cluster  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster(gcs_emulator: Any) -> Iterator[TestCluster]:
+    with running_cluster() as test_cluster:
+        yield test_cluster
+
+
+@pytest.mark.timeout(900)
+def test_nightly_dag_on_kubernetes_with_gcs_storage(
+    cluster: TestCluster, gcs_emulator: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from conftest import dag_bag
+    from test_dag_runs import register
+
+    uri = gcs_emulator.uri(f"af-k8s-{os.urandom(4).hex()}")
+    env = {**kinetic_env(cluster, uri), "NIGHTLY_REGISTRY_KEY": f"reg-{os.urandom(4).hex()}"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    bag = dag_bag(ROOT / "dags_examples" / "nightly_training.py")
+    assert not bag.import_errors, bag.import_errors
+    register(bag, "nightly_training")
+    dag_run = bag.get_dag("nightly_training").test()
+    states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    assert dag_run.state == "success", states
+    assert set(states.values()) == {"success"}  # report ran too: nothing short-circuits
+
+    storage = open_storage(uri)
+    outputs = storage.walk("outputs")
+    assert any(name.endswith("/dataset.json") for name in outputs)  # prepare's outputs
+    best = [name for name in outputs if name.endswith("/best.json")]
+    assert len(best) == 1
+    registry_job = best[0].split("/")[0]
+    published = json.loads(storage.read_bytes(f"outputs/{best[0]}"))
+    assert published["r2"] > 0.9
+    model = json.loads(storage.read_bytes(f"outputs/{registry_job}/model.json"))
+    trained = json.loads(storage.read_bytes(f"outputs/{published['model_job']}/model.json"))
+    assert model == trained and model["epoch"] == 200
+    for job_id in (registry_job, published["model_job"]):  # they ran as pods
+        handle = json.loads(storage.read_bytes(f"jobs/{job_id}/handle.json"))
+        assert handle["target"]["backend"] == "kubernetes"
