@@ -101,14 +101,18 @@ def chatty(value: int, lines: int) -> int:
     return value
 
 
-def flaky(value: Any, marker_dir: str, always: bool = False) -> Any:
-    """Fails on its first attempt per value, succeeds afterwards (never, with ``always``)."""
+def flaky(value: Any, marker_dir: str, always: bool = False, gate: str | None = None) -> Any:
+    """Fails on its first attempt per value, succeeds afterwards (never, with ``always``).
+    With ``gate``, the first attempt fails only once that file exists (at most 60 s)."""
     if always:
         raise RuntimeError(f"{value} always fails")
     marker = os.path.join(marker_dir, f"tried-{value}")
     if not os.path.exists(marker):
         with open(marker, "w") as fh:
             fh.write(os.environ.get("KINETIC_JOB_ID", ""))
+        deadline = time.monotonic() + 60
+        while gate is not None and not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
         raise RuntimeError(f"first attempt of {value} fails")
     return value
 

@@ -24,7 +24,10 @@ def test_attached_handle_sees_the_attempt_another_process_retried(
     markers.mkdir()
     try:
         batch = kc.submit_map(
-            h.flaky, [{"value": 7, "marker_dir": str(markers)}], target=target, retries=1
+            h.flaky,
+            [{"value": 7, "marker_dir": str(markers), "gate": str(tmp_path / "gate")}],
+            target=target,
+            retries=1,
         )
         batch.wait_submitted(60)
         stale = kc.attach_batch(batch.group_id, target=target, poll_timeout=90)
@@ -33,6 +36,7 @@ def test_attached_handle_sees_the_attempt_another_process_retried(
             time.sleep(0.05)  # the detached driver launches it
         first = stale.jobs[0]
         assert first is not None and first.attempt == 1  # it has read the child's record
+        (tmp_path / "gate").touch()  # now attempt 1 fails, and the driver retries it
         assert batch.wait(timeout=90) == ["SUCCEEDED"]  # attempt 1 failed, attempt 2 ran
         assert stale.statuses() == ["SUCCEEDED"]
         assert stale.failed_children() == [] and stale.failures() == []
