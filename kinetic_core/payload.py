@@ -8,6 +8,7 @@ BEFORE unpickling, because unpickling runs code.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -15,7 +16,7 @@ import pickle
 import struct
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import cloudpickle
@@ -242,10 +243,12 @@ def skew_note(header: dict[str, Any]) -> str:
     )
 
 
-def load_envelope(
+@contextlib.contextmanager
+def _verified(
     storage: Storage, key: str, *, kind: str, job_id: str, signing_key: str | None
-) -> tuple[dict[str, Any], Any]:
-    """Verify then unpickle an envelope. Raises PayloadIntegrityError before unpickling."""
+) -> Iterator[tuple[dict[str, Any], IO[bytes]]]:
+    """The envelope's header and its body's file once every check passed: kind and job,
+    sha256, HMAC, and (signed) the storage root it was written for."""
     where = storage.location(key)
     with storage.open_read(key) as fh:
         header = read_header(fh, where=where)
@@ -263,6 +266,17 @@ def load_envelope(
                 "resubmit it here."
             )
         fh.seek(0)
+        yield header, fh
+
+
+def load_envelope(
+    storage: Storage, key: str, *, kind: str, job_id: str, signing_key: str | None
+) -> tuple[dict[str, Any], Any]:
+    """Verify then unpickle an envelope. Raises PayloadIntegrityError before unpickling."""
+    with _verified(storage, key, kind=kind, job_id=job_id, signing_key=signing_key) as (
+        header,
+        fh,
+    ):
         return header, pickle.load(fh)
 
 
@@ -280,15 +294,10 @@ def rebind_envelope(
     and re-signed. Verified first, never unpickled: the copier need not import the job's
     code. Raises PayloadIntegrityError like ``load_envelope``."""
     where = storage.location(source)
-    with storage.open_read(source) as src:
-        header = read_header(src, where=where)
-        if header.get("kind") != kind or header.get("job_id") != job_id:
-            raise PayloadIntegrityError(
-                f"{where} holds a {header.get('kind')} envelope for job {header.get('job_id')!r}, "
-                f"expected a {kind} envelope for {job_id!r}: it was copied from another job."
-            )
-        verify(src, header, where=where, signing_key=signing_key)
-        src.seek(0)
+    with _verified(storage, source, kind=kind, job_id=job_id, signing_key=signing_key) as (
+        header,
+        src,
+    ):
         remaining = header["body_len"]
         while remaining:
             chunk = src.read(min(_CHUNK, remaining))

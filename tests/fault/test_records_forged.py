@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
+from kinetic_core import layout
 from kinetic_core.cli import main
+from kinetic_core.payload import rebind_envelope
+from kinetic_core.storage import open_storage
 from tests.core import jobfns
 
 
@@ -90,6 +93,35 @@ def test_signed_result_copied_between_storage_roots_is_refused(
         jb.result(timeout=10, cleanup=False)
     assert a in str(info.value) and b in str(info.value)
     assert jb.job_id in str(info.value)
+
+
+def test_a_signed_call_copied_between_storage_roots_is_not_re_signed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Re-binding a call to its next attempt (recovery, batch retries) checks the storage
+    root the call was signed for, as reading it does: a copy from another root is refused
+    instead of being re-signed for this one."""
+    monkeypatch.setenv("KINETIC_SIGNING_KEY", "shared-key")
+    a, b = f"file://{tmp_path / 'a'}", f"file://{tmp_path / 'b'}"
+    ja = kc.submit(jobfns.add, (1, 1), target={"storage": a}, idempotency_key="nightly")
+    jb = kc.submit(jobfns.add, (50, 50), target={"storage": b}, idempotency_key="nightly")
+    ja.wait(timeout=60)
+    jb.wait(timeout=60)
+    src = tmp_path / "a" / "jobs" / ja.job_id / "payload.pkl"
+    shutil.copyfile(src, tmp_path / "b" / "jobs" / jb.job_id / "payload.pkl")
+    storage = open_storage(b)
+    refused = pytest.raises(kc.PayloadIntegrityError, match="copied between storage roots")
+    with refused, storage.open_write("jobs/rebound/payload.pkl", create_only=True) as fh:
+        rebind_envelope(
+            storage,
+            layout.job_file(jb.job_id, layout.PAYLOAD),
+            fh,
+            kind="call",
+            job_id=jb.job_id,
+            new_job_id="rebound",
+            signing_key="shared-key",
+        )
+    assert not storage.exists("jobs/rebound/payload.pkl")  # nothing half-written is left
 
 
 def test_cleanup_through_a_forged_handle_deletes_nothing(
