@@ -120,12 +120,15 @@ class LocalBackend:
         markers = self.local_dir / SUBMITTING / validate_id(job_id)
         # pid and start time name the submitter; the rest tells its threads apart.
         marker = markers / f"{os.getpid()}-{start_ticks(os.getpid())}-{uuid.uuid4().hex[:8]}"
-        for last in (False, False, True):  # another submitter may remove the empty folder
+        # Another submitter of the job may remove the empty folder at any moment: between
+        # our mkdir and touch (FileNotFoundError), or inside mkdir, between its "exists"
+        # and its "is a directory" checks (FileExistsError). Both mean: try again.
+        for last in [False] * 9 + [True]:
             try:
                 markers.mkdir(mode=0o700, parents=True, exist_ok=True)
                 marker.touch(exist_ok=False)
                 break
-            except FileNotFoundError:
+            except (FileNotFoundError, FileExistsError):
                 if last:
                     raise SubmissionError(
                         f"Cannot create {marker}: its folder keeps vanishing"
