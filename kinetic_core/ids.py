@@ -48,3 +48,20 @@ def keyed_id(idempotency_key: str, attempt: int) -> str:
     of many concurrent submitters win a given attempt.
     """
     return f"k{key_digest(idempotency_key)[:24]}-{attempt}"
+
+
+#: A job submitted without an idempotency key recovers under ``recovery:{job_id}``.
+RECOVERY_KEY_PREFIX = "recovery:"
+
+
+def recovery_key(job_id: str) -> str:
+    return f"{RECOVERY_KEY_PREFIX}{job_id}"
+
+
+def attempt_id(idempotency_key: str, attempt: int) -> str:
+    """The job id of attempt ``attempt`` of a key: ``keyed_id``, except attempt 1 of a
+    recovery key, which is the job that was submitted without a key (validated: the key
+    comes from a record)."""
+    if attempt == 1 and idempotency_key.startswith(RECOVERY_KEY_PREFIX):
+        return validate_id(idempotency_key[len(RECOVERY_KEY_PREFIX) :])
+    return keyed_id(idempotency_key, attempt)

@@ -19,7 +19,8 @@ import threading
 from typing import Any
 
 from kinetic_core import layout
-from kinetic_core.ids import keyed_id, validate_id
+from kinetic_core.errors import InvalidIdError
+from kinetic_core.ids import attempt_id, keyed_id, validate_id
 from kinetic_core.storage import Storage, open_storage
 
 __all__ = ["download_outputs", "inherit_checkpoint", "prepare", "sync", "sync_outputs"]
@@ -75,7 +76,10 @@ def inherit_checkpoint(storage: Storage, job_id: str, dest: str) -> str | None:
     if keyed_id(key, attempt) != job_id or handle.get("job_id") != job_id:
         return None  # a record not bound to this job: act on nothing
     for n in range(attempt - 1, 0, -1):
-        previous = keyed_id(key, n)
+        try:
+            previous = attempt_id(key, n)
+        except InvalidIdError:
+            return None  # a record not bound to a job: act on nothing
         files = storage.walk(layout.outputs(previous))
         if not files:
             continue

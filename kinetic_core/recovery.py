@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kinetic_core import layout
+from kinetic_core import ids, layout
 from kinetic_core.backends import get_backend
 from kinetic_core.config import Target
 from kinetic_core.errors import KineticError
@@ -69,7 +69,7 @@ def recoverable(ref: Any, state: JobState) -> bool:
 
 def recovery_key(ref: Any) -> str:
     """The key attempts of this job are numbered under (derived when it has none)."""
-    return ref.idempotency_key or f"recovery:{ref.job_id}"
+    return ref.idempotency_key or ids.recovery_key(ref.job_id)
 
 
 def successor_id(ref: Any) -> str:

@@ -211,3 +211,19 @@ def sync_counts() -> list[int]:
         fh.write("b")
     counts.append(kc.sync_outputs())
     return counts
+
+
+def resumable_in_outputs(steps: int, exit_code: int) -> dict[str, Any]:
+    """Checkpoints each step in its own output folder (KINETIC_OUTPUT_DIR); the first run
+    exits with ``exit_code`` half-way. A later attempt starts with that folder."""
+    checkpoint = os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "checkpoint")
+    start = 0
+    if os.path.exists(checkpoint):
+        with open(checkpoint) as fh:
+            start = int(fh.read())
+    for step in range(start, steps):
+        with open(checkpoint, "w") as fh:
+            fh.write(str(step + 1))
+        if start == 0 and step + 1 == steps // 2:
+            raise SystemExit(exit_code)
+    return {"resumed_from": start, "job_id": os.environ["KINETIC_JOB_ID"]}

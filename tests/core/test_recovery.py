@@ -209,3 +209,17 @@ def test_signed_job_on_gcs_recovers_with_a_re_signed_payload(
     assert kc.attach(job.job_id).result(timeout=120, cleanup=False)["resumed_from"] == 5
     header = read_summary(open_storage(uri), layout.job_file(successor, layout.PAYLOAD))
     assert header["job_id"] == successor and header["hmac"]
+
+
+@pytest.mark.parametrize("key", [None, "nightly/train"])
+def test_a_recovered_attempt_starts_with_the_checkpoint_in_its_output_folder(
+    storage_uri: str, key: str | None
+) -> None:
+    """The user's pattern: checkpoint into KINETIC_OUTPUT_DIR, resume if the file is
+    there. With or without an idempotency key (a job without one recovers under a derived
+    key whose attempt 1 is the job itself)."""
+    target = kc.Target(max_recoveries=1, recover_on_exit_codes=[75])
+    job = kc.submit(jobfns.resumable_in_outputs, (10, 75), target=target, idempotency_key=key)
+    value = job.result(timeout=120, cleanup=False)
+    assert job.state().recoveries == 1
+    assert value["resumed_from"] == 5 and value["job_id"] != job.job_id
