@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,9 @@ import pytest
 from kinetic_core.storage import open_storage
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "kubernetes"))
-
-from cluster.cluster import TestCluster, kinetic_env, running_cluster  # noqa: E402
+# Imported as a package, not by putting tests/kubernetes on sys.path: jobs inherit this
+# process's sys.path, and its conftest.py would shadow this suite's for them.
+from tests.kubernetes.cluster.cluster import TestCluster, kinetic_env, running_cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
