@@ -116,7 +116,8 @@ class JobHandle:
 
     @property
     def output_dir(self) -> str:
-        """Where the function's own files go by default (its KINETIC_OUTPUT_DIR)."""
+        """Where the job's synced outputs live in storage: a path for file:// storage, a
+        URI otherwise (inside the job, KINETIC_OUTPUT_DIR is a local folder synced here)."""
         return layout.output_dir(self.storage, self.job_id)
 
     @property

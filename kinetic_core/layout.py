@@ -15,7 +15,7 @@ jobs/{job_id}/superseded.json    create-only: the attempt that recovered this on
 keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids are probed)
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
-batches/{group_id}/state/{marker}         create-only markers and the submitter heartbeat
+batches/{group_id}/state/{marker}         create-only markers (submission complete, cancel, rounds)
 batches/{group_id}/launches/{seq}.json    the launch ledger: one create-only ticket per launch
 outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR, synced)
 data/blobs/{sha256}              one file's bytes, content-addressed (create-only)
@@ -57,7 +57,6 @@ ENVELOPES = (PAYLOAD, RESULT)
 # Batch state markers.
 SUBMISSION_COMPLETE = "submission_complete"
 CANCEL_REQUESTED = "cancel_requested"
-SUBMITTER = "submitter.json"
 ROUND_PREFIX = "round-"  # round-{n}: a keyed resubmission reopened a batch that failed
 FAILED_FAST = "failed_fast"  # fail_fast stopped the batch (a child failed for good)
 
