@@ -130,6 +130,7 @@ def folder_part(size: int, tmp: Path, repeats: int, files: int) -> None:
     """2. A folder of many files as Data (upload, download) vs cp -r."""
     src = tmp / "folder"
     make_folder(src, size, files)
+    os.sync()  # the generated folder's writeback would otherwise slow whichever runs first
     runs = folder_runs(src, tmp, repeats)
     cp_s = statistics.median(runs["cp -r"])
     print(f"\n2. folder of {files} files, {size / MB:.0f} MiB (median of {repeats})")

@@ -5,13 +5,15 @@ Each variant runs in a fresh subprocess (so peak RSS figures do not mix), interl
 
 - kinetic:   ``h = submit(identity, (data,))``; the caller drops ``data``; ``h.result()``.
              1 GiB travels to the job and 1 GiB comes back.
-- write+read (baseline): write the bytes to a file and read them back, once per
-             direction (the minimum a file-based transport must do: 2 writes, 2 reads;
-             both files are kept until the end, as kinetic keeps both envelopes).
-- copyfile:  ``shutil.copyfile`` of a file of the same size, once per direction (reference).
+- copyfile (baseline): ``shutil.copyfile`` of a file of the same size, once per direction
+             (one copy each, in the kernel).
+- write+read: write the bytes to a file and read them back, once per direction, on one
+             thread (what a hand-rolled file transport does: 2 writes, 2 reads; both files
+             are kept until the end, as kinetic keeps both envelopes). Kinetic does the same
+             passes but reads and verifies on all cores (``kinetic_core/chunks.py``).
 
-Throughput = 2 x payload / wall time. Goals: kinetic >= 0.7x the write+read baseline; peak
-RSS of the submitting process <= 1.5x the payload. The job's peak RSS is read from
+Throughput = 2 x payload / wall time. Goals: kinetic >= 0.7x copyfile (a plain file copy);
+peak RSS of the submitting process <= 1.5x the payload. The job's peak RSS is read from
 ``RUSAGE_CHILDREN`` after reaping its supervisor (Linux keeps the largest descendant's peak).
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import pickle
@@ -50,7 +53,7 @@ def peak_mb(who: int) -> float:
 # ---- children (one variant per fresh process) ------------------------------------------------
 
 
-def child_kinetic(size: int, workdir: Path) -> dict[str, Any]:
+def child_kinetic(size: int, workdir: Path, ndarray: bool = False) -> dict[str, Any]:
     root = workdir / "kinetic"
     os.environ["KINETIC_STORAGE"] = f"file://{root}"
     # A fresh-interpreter supervisor is this process's child, so RUSAGE_CHILDREN can report
@@ -60,7 +63,12 @@ def child_kinetic(size: int, workdir: Path) -> dict[str, Any]:
 
     target = kc.Target(storage=f"file://{root}")
     base_rss = peak_mb(resource.RUSAGE_SELF)
-    data = make_payload(size)
+    if ndarray:  # the usual ML value: pickled in-band, read straight into its new buffer
+        import numpy as np
+
+        data: Any = np.full(size, ord("x"), dtype=np.uint8)
+    else:
+        data = make_payload(size)
     t0 = time.time()
     handle = kc.submit(identity, (data,), target=target)
     t1 = time.time()
@@ -69,7 +77,7 @@ def child_kinetic(size: int, workdir: Path) -> dict[str, Any]:
     t2 = time.time()
     out = handle.result(cleanup=False)
     t3 = time.time()
-    assert len(out) == size
+    assert len(out) == size and (not ndarray or out.flags.writeable)
     del out
     job = root / "jobs" / handle.job_id
     started = json.loads((job / "started.json").read_text())["at"]
@@ -163,6 +171,7 @@ def child_parts(size: int, workdir: Path) -> dict[str, Any]:
 
 CHILDREN = {
     "kinetic": child_kinetic,
+    "kinetic-ndarray": lambda size, workdir: child_kinetic(size, workdir, ndarray=True),
     "write+read": child_write_read,
     "copyfile": child_copyfile,
     "parts": child_parts,
@@ -224,7 +233,11 @@ def main() -> int:
 def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"payload {size / MB:.0f} MiB; load average {load} (cores: {os.cpu_count()})")
-    variants = ("write+read", "copyfile", "kinetic")
+    variants = ["write+read", "copyfile", "kinetic"]
+    if importlib.util.find_spec("numpy"):
+        variants.append("kinetic-ndarray")  # the same through a NumPy array
+    else:
+        print("(numpy is not installed: the NumPy array variant is not run)")
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for _ in range(args.repeats):
         for variant in results:
@@ -233,9 +246,10 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
 
     moved = 2 * size / MB
     base = med([r["seconds"] for r in results["write+read"]])
+    copy = med([r["seconds"] for r in results["copyfile"]])
     print(f"\n{moved:.0f} MiB moved per run (argument + result), median of {args.repeats}")
     print(
-        f"{'variant':<14}{'wall s':>9}{'MiB/s':>9}{'vs write+read':>15}"
+        f"{'variant':<16}{'wall s':>9}{'MiB/s':>9}{'vs copyfile':>13}{'vs write+read':>15}"
         f"{'peak RSS MiB':>14}{'x payload':>11}{'job peak MiB':>14}"
     )
     for variant, runs in results.items():
@@ -244,7 +258,7 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
         job = med([r["job_peak_mb"] for r in runs]) if "job_peak_mb" in runs[0] else None
         job_txt = f"{job:>14.0f}" if job is not None else f"{'-':>14}"
         print(
-            f"{variant:<14}{secs:>9.2f}{moved / secs:>9.0f}{base / secs:>14.2f}x"
+            f"{variant:<16}{secs:>9.2f}{moved / secs:>9.0f}{copy / secs:>12.2f}x{base / secs:>14.2f}x"
             f"{peak:>14.0f}{peak / (size / MB):>10.2f}x{job_txt}"
         )
     kin = results["kinetic"]
@@ -267,10 +281,11 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
     secs = med([r["seconds"] for r in kin])
     peak = med([r["self_peak_mb"] for r in kin])
     print("\nGoals")
-    ok1 = base / secs >= 0.7
+    ok1 = copy / secs >= 0.7
     ok2 = peak <= 1.5 * size / MB
     print(
-        f"  throughput >= 0.7x write+read:       {base / secs:.2f}x   {'MET' if ok1 else 'MISSED'}"
+        f"  throughput >= 0.7x copyfile:         {copy / secs:.2f}x   {'MET' if ok1 else 'MISSED'}"
+        f"   ({base / secs:.2f}x write+read)"
     )
     print(
         f"  submitter peak RSS <= 1.5x payload:  {peak / (size / MB):.2f}x   "

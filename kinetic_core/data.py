@@ -21,12 +21,13 @@ import os
 import posixpath
 import stat
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kinetic_core import layout
 from kinetic_core.errors import ConfigError, SubmissionError
+from kinetic_core.parallel import CORES, WORKERS, parallel
 
 __all__ = [
     "Data",
@@ -40,18 +41,17 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Parallel transfers: enough to hide per-object latency on GCS, few enough for a laptop.
-WORKERS = 16
-#: Hashing and local-disk copies are CPU-bound: one thread per core (hashlib and
-#: copy_file_range release the GIL); more only contend.
-HASHERS = max(2, os.cpu_count() or 2)
+#: Copies into a local storage root: past about 8 threads the kernel's page cache for the
+#: one target filesystem is the bottleneck, and more threads only contend (measured on 16
+#: cores: 1 GiB in 1,000 files stored in 0.51 s with 8 threads, 0.55-0.65 s with 16).
+LOCAL_COPIERS = 8
 
 
 def _workers(storage: Any) -> int:
-    return HASHERS if storage.local_path("") else WORKERS
+    return min(CORES, LOCAL_COPIERS) if storage.local_path("") else WORKERS
 
 
-_CHUNK = 4 << 20
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class _Tree:
                 if then is not None:
                     then(hashes[index], path)
 
-            parallel(one, range(len(self.files)), workers or HASHERS)
+            parallel(one, range(len(self.files)), workers or CORES)
             self.hashes = hashes
         h = hashlib.sha256(b"dir:" if self.is_dir else b"file:")
         for (rel, _), digest in zip(self.files, self.hashes, strict=True):
@@ -191,16 +191,25 @@ def _readable(data: Data, path: str) -> None:
 _hashed: dict[tuple[int, ...], str] = {}
 
 
+#: One read buffer per hashing thread, reused for every file: a fresh buffer per read
+#: costs page faults, and many threads faulting at once serialize on the kernel's lock
+#: for this process's memory (measured: 16 threads hashed 1 GiB in 0.5 s, not 0.1 s).
+_buffers = threading.local()
+
+
 def _file_hash(data: Data, path: str) -> str:
     h = hashlib.sha256()
+    buf = getattr(_buffers, "buf", None)
+    if buf is None:
+        buf = _buffers.buf = memoryview(bytearray(_CHUNK))
     try:
-        with open(path, "rb") as fh:
+        with open(path, "rb", buffering=0) as fh:
             st = os.fstat(fh.fileno())
             identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             if identity in _hashed:
                 return _hashed[identity]
-            while chunk := fh.read(_CHUNK):
-                h.update(chunk)
+            while n := fh.readinto(buf):
+                h.update(buf[:n])
     except OSError as exc:
         raise _bad(data, f"cannot read {path} ({exc.strerror})", "Fix its permissions.") from None
     _hashed[identity] = h.hexdigest()
@@ -381,32 +390,6 @@ def _upload(storage: Any, tree: _Tree) -> DataRef:
     with contextlib.suppress(FileExistsError):
         storage.write_bytes(manifest, json.dumps(body).encode(), create_only=True)
     return ref
-
-
-def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int = WORKERS) -> None:
-    """``fn(item)`` for every item on up to ``workers`` threads, each pulling the next item
-    (no future per item: thousands of small files cost no scheduling); the first error is
-    raised once all threads stopped."""
-    todo = iter(list(items))
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        for item in todo:  # a list iterator hands each item to exactly one thread
-            if errors:
-                return
-            try:
-                fn(item)
-            except BaseException as exc:
-                errors.append(exc)
-                return
-
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
 
 
 # ---- in the job ------------------------------------------------------------------------------

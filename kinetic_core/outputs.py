@@ -102,7 +102,7 @@ def sync(storage: Storage, job_id: str, out: str | None = None) -> int:
     out = out or folder(storage, job_id)
     if storage.local_path(layout.outputs(job_id)) == out or not os.path.isdir(out):
         return 0
-    from kinetic_core.data import parallel
+    from kinetic_core.parallel import parallel
 
     state_path = os.path.join(os.path.dirname(out), _STATE)
     try:

@@ -2,14 +2,14 @@
 
 Layout: ``body | header-json | u64 header length | MAGIC``. The header sits at the end so
 the body can be streamed straight to storage (a 1 GiB argument is never held twice in
-memory). Readers check sha256 (always) and HMAC-SHA256 (when a signing key is set)
-BEFORE unpickling, because unpickling runs code.
+memory). The header lists a sha256 per chunk of the body (``chunks``) and is signed
+with HMAC-SHA256 when a signing key is set. Readers check the header and its signature
+BEFORE unpickling, because unpickling runs code, and hand pickle only verified chunks.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import json
 import pickle
@@ -22,13 +22,16 @@ from typing import IO, Any
 import cloudpickle
 
 from kinetic_core import signing
+from kinetic_core.chunks import CHUNK, HashingWriter, VerifiedReader, digest_of
 from kinetic_core.errors import PayloadIntegrityError, SerializationError, StorageError
-from kinetic_core.storage import Storage, write_failed
+from kinetic_core.storage import Storage
 
-FORMAT_VERSION = 1
+#: 2: a sha256 per chunk of the body. Format 1 (0.1.0) hashed the body whole; it is still
+#: read (as one chunk), never written.
+FORMAT_VERSION = 2
+_READABLE = (1, 2)
 MAGIC = b"KNTCENV1"
 _TRAILER = struct.Struct(">Q")
-_CHUNK = 8 << 20
 _by_value_lock = threading.Lock()
 
 
@@ -36,65 +39,9 @@ def python_version() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-# Above this size, hashing runs in a thread beside the I/O (hashlib and file I/O both
-# release the GIL), so a large payload costs max(hash, I/O) rather than their sum.
-_OVERLAP = 4 << 20
-
-
-class _HashingWriter:
-    """File-like that hashes what pickle writes on its way to the real file.
-
-    A failed write (a full disk) becomes a StorageError here, so that it is never
-    mistaken for an object that cannot be pickled.
-    """
-
-    def __init__(self, fh: IO[bytes], where: str) -> None:
-        self.fh = fh
-        self.where = where
-        self.sha = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.size += len(data)
-        if len(data) < _OVERLAP:
-            self.sha.update(data)
-            return self.write_through(data)
-        hasher = threading.Thread(target=self.sha.update, args=(data,))
-        hasher.start()
-        try:
-            return self.write_through(data)
-        finally:
-            hasher.join()
-
-    def write_through(self, data: bytes) -> int:
-        """Write without hashing (the trailer)."""
-        try:
-            return self.fh.write(data)
-        except OSError as exc:
-            raise write_failed(self.where, exc) from exc
-
-
-def _hash_stream(fh: IO[bytes], length: int) -> tuple[str, int]:
-    """sha256 of the next ``length`` bytes, hashing each chunk while the next is read."""
-    sha = hashlib.sha256()
-    remaining = length
-    hasher: threading.Thread | None = None
-    while remaining:
-        chunk = fh.read(min(_CHUNK, remaining))
-        if hasher is not None:
-            hasher.join()
-        if not chunk:
-            break
-        remaining -= len(chunk)
-        hasher = threading.Thread(target=sha.update, args=(chunk,))
-        hasher.start()
-    if hasher is not None:
-        hasher.join()
-    return sha.hexdigest(), remaining
-
-
 # The storage root is signed too: a signed envelope copied to another root (where the
-# same job id exists, e.g. one idempotency key on two roots) is refused.
+# same job id exists, e.g. one idempotency key on two roots) is refused. ``sha256`` binds
+# the chunk size and every chunk digest (``chunks.digest_of``).
 _SIGNED = ("format", "kind", "job_id", "storage", "sha256", "body_len", "success")
 
 
@@ -119,12 +66,13 @@ def dump_envelope(
     Raises SerializationError naming what could not be pickled, StorageError when the
     file cannot be written.
     """
-    writer = _HashingWriter(fh, f"the {kind} of job {job_id}")
+    writer = HashingWriter(fh, f"the {kind} of job {job_id}")
     modules = list(by_value)
     with _by_value_lock:  # cloudpickle's by-value registry is process-global
         registered = [m for m in map(_register_by_value, modules) if m is not None]
         try:
             cloudpickle.Pickler(writer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+            digests = writer.finish()
         except StorageError:
             raise
         except Exception as exc:
@@ -141,8 +89,10 @@ def dump_envelope(
         "kind": kind,
         "job_id": job_id,
         "storage": storage,
-        "sha256": writer.sha.hexdigest(),
+        "sha256": digest_of(writer.chunk, digests),
         "body_len": writer.size,
+        "chunk": writer.chunk,
+        "digests": digests,
         "success": success,
         "python": python_version(),
         "cloudpickle": cloudpickle.__version__,
@@ -190,18 +140,19 @@ def read_header(fh: IO[bytes], *, where: str) -> dict[str, Any]:
         header: dict[str, Any] = json.loads(fh.read(header_len))
     except ValueError as exc:
         raise PayloadIntegrityError(f"{where} has an unreadable header: {exc}") from None
-    if header.get("format") != FORMAT_VERSION:
+    if header.get("format") not in _READABLE:
         raise PayloadIntegrityError(
             f"{where} uses envelope format {header.get('format')!r}; this kinetic-workflows "
-            f"reads format {FORMAT_VERSION}. Use the same kinetic-workflows version on both sides."
+            f"reads formats {', '.join(map(str, _READABLE))}. Use the same kinetic-workflows "
+            "version on both sides."
         )
     if header.get("body_len", -1) + header_len + tail != size:
         raise PayloadIntegrityError(f"{where} is corrupt (size does not match its header).")
     return header
 
 
-def verify(fh: IO[bytes], header: dict[str, Any], *, where: str, signing_key: str | None) -> None:
-    """Check the signature (first: cheap) and the body checksum; raise on any mismatch."""
+def _check_signature(header: dict[str, Any], *, where: str, signing_key: str | None) -> None:
+    """Raise unless the header is signed with ``signing_key`` (or unsigned without one)."""
     if signing_key:
         if not header.get("hmac"):
             raise PayloadIntegrityError(
@@ -218,12 +169,26 @@ def verify(fh: IO[bytes], header: dict[str, Any], *, where: str, signing_key: st
             f"{where} is signed, but no signing key is configured here: set KINETIC_SIGNING_KEY "
             "(or the connection/block's signing key) to the key the job was submitted with."
         )
-    fh.seek(0)
-    digest, remaining = _hash_stream(fh, header["body_len"])
-    if remaining or not hmac.compare_digest(digest, header["sha256"]):
+
+
+def _chunking(header: dict[str, Any], *, where: str) -> tuple[int, list[str]]:
+    """The body's chunk size and chunk digests, once they add up to the (signed) sha256.
+    The chunks themselves are checked as they are read."""
+    if header["format"] == 1:  # hashed whole: one chunk
+        return max(header["body_len"], 1), [str(header.get("sha256"))]
+    chunk, digests = header.get("chunk"), header.get("digests")
+    if (
+        not isinstance(chunk, int)
+        or chunk <= 0
+        or not isinstance(digests, list)
+        or len(digests) != -(-header["body_len"] // chunk)
+        or not all(isinstance(d, str) and len(d) == 64 for d in digests)
+        or not hmac.compare_digest(digest_of(chunk, digests), str(header.get("sha256")))
+    ):
         raise PayloadIntegrityError(
             f"{where} failed its sha256 check: it is corrupt or was modified."
         )
+    return chunk, digests
 
 
 def skew_note(header: dict[str, Any]) -> str:
@@ -246,9 +211,10 @@ def skew_note(header: dict[str, Any]) -> str:
 @contextlib.contextmanager
 def _verified(
     storage: Storage, key: str, *, kind: str, job_id: str, signing_key: str | None
-) -> Iterator[tuple[dict[str, Any], IO[bytes]]]:
-    """The envelope's header and its body's file once every check passed: kind and job,
-    sha256, HMAC, and (signed) the storage root it was written for."""
+) -> Iterator[tuple[dict[str, Any], VerifiedReader]]:
+    """The envelope's header and a reader of its body once the header passed every check
+    (kind and job, HMAC, sha256 and, signed, the storage root it was written for); the
+    reader checks each chunk of the body as it reads it."""
     where = storage.location(key)
     with storage.open_read(key) as fh:
         header = read_header(fh, where=where)
@@ -257,7 +223,8 @@ def _verified(
                 f"{where} holds a {header.get('kind')} envelope for job {header.get('job_id')!r}, "
                 f"expected a {kind} envelope for {job_id!r}: it was copied from another job."
             )
-        verify(fh, header, where=where, signing_key=signing_key)
+        _check_signature(header, where=where, signing_key=signing_key)
+        chunk, digests = _chunking(header, where=where)
         if signing_key and header.get("storage") != storage.uri:
             raise PayloadIntegrityError(
                 f"{where} is a {kind} envelope of job {job_id!r} signed for storage "
@@ -265,8 +232,10 @@ def _verified(
                 "between storage roots. Read the job from the storage it ran against, or "
                 "resubmit it here."
             )
-        fh.seek(0)
-        yield header, fh
+        reader = VerifiedReader(
+            fh, size=header["body_len"], digests=digests, chunk=chunk, where=where
+        )
+        yield header, reader
 
 
 def load_envelope(
@@ -293,18 +262,12 @@ def rebind_envelope(
     """Copy the envelope at ``source`` (of ``job_id``) into ``fh``, bound to ``new_job_id``
     and re-signed. Verified first, never unpickled: the copier need not import the job's
     code. Raises PayloadIntegrityError like ``load_envelope``."""
-    where = storage.location(source)
     with _verified(storage, source, kind=kind, job_id=job_id, signing_key=signing_key) as (
         header,
         src,
     ):
-        remaining = header["body_len"]
-        while remaining:
-            chunk = src.read(min(_CHUNK, remaining))
-            if not chunk:
-                raise PayloadIntegrityError(f"{where} is truncated.")
-            fh.write(chunk)
-            remaining -= len(chunk)
+        while piece := src.read(CHUNK):  # each piece verified before it is copied
+            fh.write(piece)
     rebound = {**header, "job_id": new_job_id, "storage": storage.uri, "hmac": None}
     if signing_key:
         rebound["hmac"] = signing.mac(signing_key, _signed_fields(rebound))

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
 import kinetic_core as kc
 from kinetic_core.payload import dump_envelope, load_envelope, skew_note
 from kinetic_core.storage import open_storage
+from kinetic_core.storage.local import LocalStorage
 from tests.core import jobfns
 
 
@@ -68,6 +73,51 @@ def test_tampered_body_fails_checksum(storage_uri: str) -> None:
         load_envelope(
             open_storage(storage_uri), "e.pkl", kind="call", job_id="job-1", signing_key=None
         )
+
+
+class Marker:
+    """Unpickling this creates a file: the tests prove when that happens."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (Path.touch, (Path(self.path),))
+
+
+def test_an_envelope_rewritten_between_two_passes_is_not_unpickled(
+    storage_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: the reader hashed the whole file, then read it again to unpickle it, so a
+    file rewritten in place between the two passes was unpickled unchecked. Now every
+    byte pickle reads is a byte that was checked (one pass)."""
+    # Larger than a read buffer: a second pass must go back to the file.
+    _write(storage_uri, "e.pkl", [Marker(str(tmp_path / "unpickled-GOOD")), b"z" * (1 << 20)], None)
+    path = Path(storage_uri[7:], "e.pkl")
+    evil = path.read_bytes().replace(b"GOOD", b"EVIL")
+
+    class RewrittenOnRewind(io.BufferedReader):
+        """Rewrites its file in place when a reader rewinds to the start a second time."""
+
+        rewinds = 0
+
+        def seek(self, offset: int, whence: int = 0) -> int:
+            if (offset, whence) == (0, 0):
+                RewrittenOnRewind.rewinds += 1
+                if RewrittenOnRewind.rewinds == 2:
+                    with open(path, "r+b") as fh:  # same inode: the open file sees it
+                        fh.write(evil)
+            return super().seek(offset, whence)
+
+    @contextlib.contextmanager
+    def open_read(self: LocalStorage, key: str) -> Iterator[BinaryIO]:
+        with RewrittenOnRewind(io.FileIO(self.path(key))) as fh:
+            yield fh  # type: ignore[misc]
+
+    monkeypatch.setattr(LocalStorage, "open_read", open_read)
+    load_envelope(open_storage(storage_uri), "e.pkl", kind="call", job_id="job-1", signing_key=None)
+    assert not (tmp_path / "unpickled-EVIL").exists()
+    assert (tmp_path / "unpickled-GOOD").exists()
 
 
 def test_envelope_copied_from_another_job_is_refused(storage_uri: str) -> None:
