@@ -27,6 +27,7 @@ from typing import Any
 
 from kinetic_core import layout
 from kinetic_core.errors import ConfigError, SubmissionError
+from kinetic_core.ids import ID_PATTERN
 from kinetic_core.parallel import CORES, WORKERS, parallel
 
 __all__ = [
@@ -224,18 +225,29 @@ def _check_remote(data: Data) -> bool:
     bucket, _, name = data.path[len("gs://") :].partition("/")
     storage = open_storage(f"gs://{bucket}")
     if data.path.endswith("/") or not name:
-        if not storage.walk(name.rstrip("/")):
+        if not storage.walk(name.rstrip("/")) and not _job_outputs(storage, name):
             raise _bad(data, "no object exists under that prefix", "Check the URI.")
         return True
     if storage.exists(name):
         return False
-    if storage.walk(name):
+    if storage.walk(name) or _job_outputs(storage, name):
         return True
     raise _bad(
         data,
         "the object does not exist",
         "Check the URI (end it with '/' for every object under a prefix).",
     )
+
+
+def _job_outputs(bucket: Any, name: str) -> bool:
+    """Whether ``name`` is the output folder of a kinetic job in ``bucket``. A job that
+    wrote nothing has no object there (GCS has no empty folders); its outputs are then an
+    empty folder, as they are on file:// storage."""
+    parts = name.rstrip("/").split("/")
+    if len(parts) < 2 or parts[-2] != layout.OUTPUTS or not ID_PATTERN.fullmatch(parts[-1]):
+        return False
+    *root, _, job_id = parts
+    return bool(bucket.exists("/".join([*root, layout.job_file(job_id, layout.HANDLE)])))
 
 
 # ---- walking arguments -----------------------------------------------------------------------

@@ -315,6 +315,28 @@ def test_a_result_reference_output_dir_is_readable_as_data(any_storage: str) -> 
     assert nxt.result(timeout=60) == {"metrics.json": '{"r2": 1}'}
 
 
+def test_the_outputs_of_a_job_that_wrote_nothing_arrive_as_an_empty_folder(
+    any_storage: str,
+) -> None:
+    """Regression: on gs:// storage the next job's submit failed ("no object exists under
+    that prefix") where file:// handed over an empty folder: a pipeline broke only on GKE."""
+    job = kc.submit(jobfns.add, (1, 2))
+    job.result(timeout=60)
+    for outputs in (job.outputs, kc.Data(job.output_dir)):
+        assert kc.submit(jobfns.read_tree, (outputs,)).result(timeout=60) == {}
+
+
+def test_an_empty_prefix_that_is_no_job_outputs_is_still_an_error(
+    gcs_emulator: Any, storage_uri: str
+) -> None:
+    for uri in ("nothing/here/", "nothing", "outputs/"):
+        with pytest.raises(kc.SubmissionError, match=r"(no object exists|does not exist)"):
+            kc.submit(jobfns.read_tree, (kc.Data(gcs_emulator.uri(uri)),))
+    job_id = "a" * 12
+    with pytest.raises(kc.SubmissionError, match="does not exist"):  # no such job
+        kc.submit(jobfns.read_tree, (kc.Data(gcs_emulator.uri(f"root/outputs/{job_id}")),))
+
+
 def test_an_empty_folder_arrives_empty(storage_uri: str, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     assert kc.submit(jobfns.describe, (kc.Data(tmp_path / "empty"),)).result(timeout=60) == [
