@@ -21,13 +21,21 @@ from prefect.logging.handlers import APILogHandler
 
 
 def task_runs(flow_run_id: UUID) -> list[Any]:
+    """The flow run's task runs once the server holds each in a final state: task run
+    states reach it as events, which can land after the flow returned (a fresh-clone CI
+    run read none)."""
+
     async def read() -> list[Any]:
         async with get_client() as client:
             return await client.read_task_runs(
                 flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
             )
 
-    return asyncio.run(read())
+    def settled() -> list[Any]:
+        runs = asyncio.run(read())
+        return runs if runs and all(r.state and r.state.is_final() for r in runs) else []
+
+    return eventually(settled, timeout=30, what=f"the task runs of flow run {flow_run_id}")
 
 
 def flow_run_logs(flow_run_id: UUID) -> list[str]:
