@@ -116,8 +116,7 @@ class VerifiedReader:
         self._chunk = chunk
         self._where = where
         self._pos = 0
-        self._raw = bytearray()  # one verified chunk, for small reads
-        self._buf = memoryview(self._raw)
+        self._buf = bytearray()  # one verified chunk, for small reads
         self._buf_at = 0
 
     def read(self, n: int | None = -1) -> bytes:
@@ -153,7 +152,7 @@ class VerifiedReader:
         out = bytearray()
         while self._pos < self._size:
             head = self._buffered()
-            newline = self._raw.find(b"\n", self._pos - self._buf_at)
+            newline = self._buf.find(b"\n", self._pos - self._buf_at)
             end = len(head) if newline < 0 else newline + 1 - (self._pos - self._buf_at)
             out += head[:end]
             self._pos += end
@@ -173,10 +172,10 @@ class VerifiedReader:
         """Verified bytes from the current position to the end of its chunk."""
         if not self._has(self._pos):
             start, length = self._span(self._pos // self._chunk)
-            raw = bytearray(length)
-            self._fill(start // self._chunk, memoryview(raw))
-            self._raw, self._buf, self._buf_at = raw, memoryview(raw), start
-        return self._buf[self._pos - self._buf_at :]
+            buf = bytearray(length)
+            self._fill(start // self._chunk, memoryview(buf))
+            self._buf, self._buf_at = buf, start
+        return memoryview(self._buf)[self._pos - self._buf_at :]
 
     def _fill_whole(self, dest: memoryview) -> int:
         """Read the whole chunks that fit in ``dest`` (from the current position, a chunk

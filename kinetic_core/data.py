@@ -27,7 +27,6 @@ from typing import Any
 
 from kinetic_core import layout
 from kinetic_core.errors import ConfigError, SubmissionError
-from kinetic_core.ids import ID_PATTERN
 from kinetic_core.parallel import CORES, WORKERS, parallel
 
 __all__ = [
@@ -243,11 +242,13 @@ def _job_outputs(bucket: Any, name: str) -> bool:
     """Whether ``name`` is the output folder of a kinetic job in ``bucket``. A job that
     wrote nothing has no object there (GCS has no empty folders); its outputs are then an
     empty folder, as they are on file:// storage."""
-    parts = name.rstrip("/").split("/")
-    if len(parts) < 2 or parts[-2] != layout.OUTPUTS or not ID_PATTERN.fullmatch(parts[-1]):
+    owner = layout.outputs_owner(name)
+    if owner is None:
         return False
-    *root, _, job_id = parts
-    return bool(bucket.exists("/".join([*root, layout.job_file(job_id, layout.HANDLE)])))
+    root, job_id = owner
+    return bool(
+        bucket.exists("/".join(filter(None, [root, layout.job_file(job_id, layout.HANDLE)])))
+    )
 
 
 # ---- walking arguments -----------------------------------------------------------------------

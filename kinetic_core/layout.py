@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 
-from kinetic_core.ids import key_digest
+from kinetic_core.ids import ID_PATTERN, key_digest
 
 JOBS = "jobs"
 BATCHES = "batches"
@@ -109,6 +109,15 @@ def batch_state(group_id: str, name: str) -> str:
 
 def outputs(job_id: str) -> str:
     return f"{OUTPUTS}/{job_id}"
+
+
+def outputs_owner(path: str) -> tuple[str, str] | None:
+    """For ``{root}/outputs/{job_id}[/]`` (a storage root inside a bucket, maybe empty):
+    ``(root, job_id)``; None for any other path."""
+    parts = path.rstrip("/").split("/")
+    if len(parts) < 2 or parts[-2] != OUTPUTS or not ID_PATTERN.fullmatch(parts[-1]):
+        return None
+    return "/".join(parts[:-2]), parts[-1]
 
 
 def data_dir(digest: str) -> str:
