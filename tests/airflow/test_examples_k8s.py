@@ -17,7 +17,7 @@ from kinetic_core.storage import open_storage
 ROOT = Path(__file__).resolve().parents[2]
 # Imported as a package, not by putting tests/kubernetes on sys.path: jobs inherit this
 # process's sys.path, and its conftest.py would shadow this suite's for them.
-from tests.kubernetes.cluster.cluster import TestCluster, kinetic_env, running_cluster  # noqa: E402
+from tests.kubernetes.cluster.cluster import TestCluster, run_examples_here, running_cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +34,7 @@ def test_nightly_dag_on_kubernetes_with_gcs_storage(
     from test_dag_runs import register
 
     uri = gcs_emulator.uri(f"af-k8s-{os.urandom(4).hex()}")
-    env = {**kinetic_env(cluster, uri), "NIGHTLY_REGISTRY_KEY": f"reg-{os.urandom(4).hex()}"}
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.chdir(tmp_path)
+    run_examples_here(cluster, uri, monkeypatch, tmp_path)
     bag = dag_bag(ROOT / "dags_examples" / "nightly_training.py")
     assert not bag.import_errors, bag.import_errors
     register(bag, "nightly_training")

@@ -16,8 +16,9 @@ import pytest
 import kinetic_core as kc
 from kinetic_core import chunks, signing
 from kinetic_core.chunks import HashingWriter, VerifiedReader, digest_of
-from kinetic_core.payload import _SIGNED, MAGIC, dump_envelope, load_envelope, rebind_envelope
+from kinetic_core.payload import _SIGNED, MAGIC, load_envelope, rebind_envelope
 from kinetic_core.storage import open_storage
+from tests.core.envelopes import Marker, write_envelope
 
 SMALL = 4096  # many chunks from small test values
 
@@ -25,16 +26,6 @@ SMALL = 4096  # many chunks from small test values
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chunks, "CHUNK", SMALL)
-
-
-class Marker:
-    """Unpickling this creates a file: the tests prove when that happens."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Path.touch, (Path(self.path),))
 
 
 def _expected(body: bytes, chunk: int) -> list[str]:
@@ -80,13 +71,6 @@ def test_the_reader_returns_exactly_the_body_for_any_mix_of_reads(tmp_path: Path
             assert bytes(got) == body and reader.read() == b""
 
 
-def _write(storage_uri: str, obj: object, *, job_id: str = "job-1", key: str = "e.pkl") -> Path:
-    storage = open_storage(storage_uri)
-    with storage.open_write(key) as fh:
-        dump_envelope(fh, obj, kind="call", job_id=job_id, signing_key=None, storage=storage.uri)
-    return Path(storage_uri[7:], key)
-
-
 def _load(storage_uri: str, *, key: str = "e.pkl") -> Any:
     return load_envelope(
         open_storage(storage_uri), key, kind="call", job_id="job-1", signing_key=None
@@ -100,7 +84,7 @@ def test_large_values_round_trip_across_many_chunks(storage_uri: str, small_chun
         "list": list(range(5000)),
         "text": "é" * 30000,
     }
-    _write(storage_uri, value)
+    write_envelope(storage_uri, value)
     loaded = _load(storage_uri)
     assert loaded == value
     assert type(loaded["bytes"]) is bytes and type(loaded["bytearray"]) is bytearray
@@ -119,7 +103,7 @@ def test_a_tampered_chunk_is_refused_before_pickle_sees_it(
     storage_uri: str, small_chunks: None, tmp_path: Path, where: Any
 ) -> None:
     marker = str(tmp_path / "unpickled-marker")
-    path = _write(storage_uri, [b"y" * (20 * SMALL), Marker(marker)])
+    path = write_envelope(storage_uri, [b"y" * (20 * SMALL), Marker(marker)])
     data = bytearray(path.read_bytes())
     at = where(bytes(data), marker)
     data[at] ^= 0x01
@@ -169,7 +153,7 @@ def test_a_format_1_envelope_is_still_read_and_checked(storage_uri: str, key: st
 
 
 def test_an_unknown_format_gets_a_clear_error(storage_uri: str) -> None:
-    path = _write(storage_uri, {"x": 1})
+    path = write_envelope(storage_uri, {"x": 1})
     path.write_bytes(path.read_bytes().replace(b'"format": 2', b'"format": 9'))
     with pytest.raises(kc.PayloadIntegrityError, match=r"format 9.*reads formats 1, 2.*same"):
         _load(storage_uri)
@@ -177,7 +161,7 @@ def test_an_unknown_format_gets_a_clear_error(storage_uri: str) -> None:
 
 def test_a_forged_digest_list_is_refused(storage_uri: str) -> None:
     """Unsigned: changing a chunk and its listed digest still breaks the sha256 over the list."""
-    path = _write(storage_uri, {"x": 1})
+    path = write_envelope(storage_uri, {"x": 1})
     raw = path.read_bytes()
     body_len = raw.index(b'{"format"')
     old = _expected(raw[:body_len], chunks.CHUNK)[0]
@@ -192,7 +176,7 @@ def test_a_forged_digest_list_is_refused(storage_uri: str) -> None:
 
 def test_rebinding_copies_a_multi_chunk_body_verified(storage_uri: str, small_chunks: None) -> None:
     value = random.Random(5).randbytes(9 * SMALL + 3)
-    _write(storage_uri, value)
+    write_envelope(storage_uri, value)
     storage = open_storage(storage_uri)
     with storage.open_write("f.pkl") as fh:
         rebind_envelope(

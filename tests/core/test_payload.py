@@ -14,10 +14,11 @@ from typing import BinaryIO
 import pytest
 
 import kinetic_core as kc
-from kinetic_core.payload import dump_envelope, load_envelope, skew_note
+from kinetic_core.payload import load_envelope, skew_note
 from kinetic_core.storage import open_storage
 from kinetic_core.storage.local import LocalStorage
 from tests.core import jobfns
+from tests.core.envelopes import Marker, write_envelope
 
 
 class Boom:
@@ -27,18 +28,8 @@ class Boom:
         return (exec, ("raise SystemExit('unpickled!')",))
 
 
-def _write(
-    storage_uri: str, key: str, obj: object, signing_key: str | None, job_id: str = "job-1"
-) -> None:
-    storage = open_storage(storage_uri)
-    with storage.open_write(key) as fh:
-        dump_envelope(
-            fh, obj, kind="call", job_id=job_id, signing_key=signing_key, storage=storage.uri
-        )
-
-
 def test_round_trip_signed(storage_uri: str) -> None:
-    _write(storage_uri, "e.pkl", {"x": 1}, "k1")
+    write_envelope(storage_uri, {"x": 1}, signing_key="k1")
     header, body = load_envelope(
         open_storage(storage_uri), "e.pkl", kind="call", job_id="job-1", signing_key="k1"
     )
@@ -56,7 +47,7 @@ def test_round_trip_signed(storage_uri: str) -> None:
 def test_signature_mismatch_refused_before_unpickling(
     storage_uri: str, writer_key: str | None, reader_key: str | None, match: str
 ) -> None:
-    _write(storage_uri, "e.pkl", Boom(), writer_key)
+    write_envelope(storage_uri, Boom(), signing_key=writer_key)
     with pytest.raises(kc.PayloadIntegrityError, match=match):
         load_envelope(
             open_storage(storage_uri), "e.pkl", kind="call", job_id="job-1", signing_key=reader_key
@@ -64,8 +55,7 @@ def test_signature_mismatch_refused_before_unpickling(
 
 
 def test_tampered_body_fails_checksum(storage_uri: str) -> None:
-    _write(storage_uri, "e.pkl", {"weights": list(range(100))}, None)
-    path = Path(storage_uri[7:], "e.pkl")
+    path = write_envelope(storage_uri, {"weights": list(range(100))})
     data = bytearray(path.read_bytes())
     data[20] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -75,16 +65,6 @@ def test_tampered_body_fails_checksum(storage_uri: str) -> None:
         )
 
 
-class Marker:
-    """Unpickling this creates a file: the tests prove when that happens."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (Path.touch, (Path(self.path),))
-
-
 def test_an_envelope_rewritten_between_two_passes_is_not_unpickled(
     storage_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -92,8 +72,7 @@ def test_an_envelope_rewritten_between_two_passes_is_not_unpickled(
     file rewritten in place between the two passes was unpickled unchecked. Now every
     byte pickle reads is a byte that was checked (one pass)."""
     # Larger than a read buffer: a second pass must go back to the file.
-    _write(storage_uri, "e.pkl", [Marker(str(tmp_path / "unpickled-GOOD")), b"z" * (1 << 20)], None)
-    path = Path(storage_uri[7:], "e.pkl")
+    path = write_envelope(storage_uri, [Marker(str(tmp_path / "unpickled-GOOD")), b"z" * (1 << 20)])
     evil = path.read_bytes().replace(b"GOOD", b"EVIL")
 
     class RewrittenOnRewind(io.BufferedReader):
@@ -121,7 +100,7 @@ def test_an_envelope_rewritten_between_two_passes_is_not_unpickled(
 
 
 def test_envelope_copied_from_another_job_is_refused(storage_uri: str) -> None:
-    _write(storage_uri, "e.pkl", {"x": 1}, "k1", job_id="other-job")
+    write_envelope(storage_uri, {"x": 1}, signing_key="k1", job_id="other-job")
     with pytest.raises(kc.PayloadIntegrityError, match="copied from another job"):
         load_envelope(
             open_storage(storage_uri), "e.pkl", kind="call", job_id="job-1", signing_key="k1"
@@ -144,12 +123,11 @@ def test_signed_job_end_to_end_and_unsigned_payload_refused_by_runner(
     assert kc.submit(jobfns.add, (2, 2)).result(timeout=60) == 4
     # A payload planted without the key: the runner (which has the key) refuses to load it.
     job_id = "planted-job"
-    _write(
+    write_envelope(
         storage_uri,
-        f"jobs/{job_id}/payload.pkl",
         {"fn": Boom(), "args": (), "kwargs": {}},
-        None,
-        job_id,
+        key=f"jobs/{job_id}/payload.pkl",
+        job_id=job_id,
     )
     env = {**os.environ, "KINETIC_SIGNING_KEY": "key-a"}
     proc = subprocess.run(

@@ -534,6 +534,21 @@ def running_cluster() -> Iterator[TestCluster]:
         cluster.stop()
 
 
+def run_examples_here(
+    cluster: TestCluster, storage_uri: str, monkeypatch: Any, workdir: Path
+) -> None:
+    """Point this process at the cluster and ``storage_uri`` the way ``make demo`` is pointed
+    at the local backend, with a fresh model-registry key, from an empty working folder
+    (nothing may pass from the examples to their pods through the submitter's folder)."""
+    env = {
+        **kinetic_env(cluster, storage_uri),
+        "NIGHTLY_REGISTRY_KEY": f"reg-{os.urandom(4).hex()}",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(workdir)
+
+
 def kinetic_env(cluster: TestCluster, storage_uri: str) -> dict[str, str]:
     """KINETIC_* variables that send jobs to this cluster with ``storage_uri``."""
     return {
