@@ -175,6 +175,12 @@ def _resolve_one(
         return state(JobStatus.RUNNING, b.reason, b.message)
 
     ev = read_evidence(storage, ref.job_id)
+    if b.phase == "not_found" and ev.launched and not (ev.finished or ev.stop):
+        # The poll may predate the launch: a launcher records launched.json once the
+        # backend took the job, so a poll made now sees it unless it was deleted.
+        again = backend.poll([ref.job_id]).get(ref.job_id, b)
+        if again.phase != "not_found":
+            return _resolve_one(ref, again, backend, time.time(), enforce)
     found = _from_evidence(ref, b, ev, now, state)
     if not found.terminal:
         return found

@@ -7,7 +7,9 @@ import json
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -291,3 +293,40 @@ def test_local_backend_wakes_the_wait_when_a_job_ends(storage_uri: str) -> None:
     backend.sleep_until_change([job.job_id], 600)  # type: ignore[attr-defined]
     assert job.state().terminal  # it returned because the job ended (a missed wake-up times out)
     assert job.result(timeout=10) == "done"
+
+
+def test_a_job_launched_while_an_observer_polls_it_is_not_lost(
+    storage_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An observer (a batch driver, a second process) polls a job the moment before its
+    submitter launches it: the backend says "no such job", and by the time the observer
+    reads storage, ``launched.json`` is there. That is a launch it missed, not a deletion
+    (a CI run saw a batch child sealed Lost this way, then launched again)."""
+    from kinetic_core.backends.local.backend import LocalBackend
+    from kinetic_core.jobs import JobHandle
+    from kinetic_core.status import resolve_states
+    from kinetic_core.submission import prepare
+
+    plan = prepare(jobfns.add, (2, 3), {}, target=kc.Target(storage=storage_uri))
+    job_id = "observed-launch-1"
+    observer = JobHandle(
+        job_id=job_id,
+        storage=storage_uri,
+        target=plan.target.to_dict(),
+        name="add",
+        created_at=time.time(),
+        attempt=1,
+    )
+    submitted: list[kc.JobHandle] = []
+    real_poll = LocalBackend.poll
+
+    def poll_then_launch(self: LocalBackend, job_ids: list[str]) -> dict[str, Any]:
+        found = real_poll(self, job_ids)
+        if not submitted:  # the submitter launches right after the observer's poll
+            submitted.append(plan.create(job_id, attempt=1, key=None))
+        return found
+
+    monkeypatch.setattr(LocalBackend, "poll", poll_then_launch)
+    (state,) = resolve_states([observer])
+    assert not state.terminal, state
+    assert submitted[0].result(timeout=60) == 5
