@@ -7,18 +7,67 @@ created before the local backend's zygote forks would be dead in its children.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def quota_cores(root: Path = CGROUP_ROOT, membership: str | None = None) -> int | None:
+    """The CPUs a cgroup CPU limit allows (a pod's ``resources.limits.cpu``), rounded up;
+    None without a limit. Reads cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``, in this
+    process's own cgroup (``membership``: /proc/self/cgroup) or at the mount's root, where
+    a container sees its own cgroup."""
+    if membership is None:
+        try:
+            membership = Path("/proc/self/cgroup").read_text()
+        except OSError:
+            membership = ""
+    candidates: list[tuple[Path, Path | None]] = []
+    for line in membership.splitlines():
+        if line.count(":") < 2:
+            continue
+        hierarchy, controllers, own = line.split(":", 2)
+        own = own.lstrip("/")
+        if hierarchy == "0" and controllers == "":  # cgroup v2
+            candidates += [(root / own / "cpu.max", None), (root / "cpu.max", None)]
+        elif "cpu" in controllers.split(","):
+            for base in (root / "cpu" / own, root / "cpu"):
+                candidates.append((base / "cpu.cfs_quota_us", base / "cpu.cfs_period_us"))
+    for quota_file, period_file in candidates:
+        try:
+            fields = quota_file.read_text().split()
+            if period_file is not None:
+                fields.append(period_file.read_text().strip())
+            quota, period = fields[0], float(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if quota in ("max", "-1"):
+            return None
+        try:
+            return max(1, math.ceil(float(quota) / period))
+        except (ValueError, ZeroDivisionError):
+            continue
+    return None
+
+
+def _usable_cores() -> int:
+    affinity = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
+    )
+    return max(2, min(affinity, quota_cores() or affinity))
+
 
 #: Parallel transfers: enough to hide per-object latency on GCS, few enough for a laptop.
 WORKERS = 16
 #: Hashing and local copies are CPU-bound: one thread per core this process may use
-#: (hashlib, os.preadv and copy_file_range release the GIL); more only contend.
-CORES = max(
-    2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
-)
+#: (hashlib, os.preadv and copy_file_range release the GIL), within a container's CPU
+#: limit; more only contend.
+CORES = _usable_cores()
 
 
 def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int = WORKERS) -> None:
