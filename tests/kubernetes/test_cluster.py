@@ -301,3 +301,23 @@ def test_audit_log_counts_requests_by_user_agent(
         timeout=30,
     )
     assert k8s_cluster.count_requests("create", "jobs", user_agent=agent) == 0
+
+
+def test_the_control_plane_is_whole_after_an_api_server_outage(
+    k8s_cluster: TestCluster, core: client.CoreV1Api, batch: client.BatchV1Api
+) -> None:
+    """Tests that follow an outage need controllers that see pods at once. A Job controller
+    whose pod watch is still backing off after the outage never sees a pod created and
+    deleted meanwhile, and waits out its expectations (5 minutes) before replacing it."""
+    with k8s_cluster.control_plane_outage():
+        time.sleep(8)
+    name = unique("replaced")
+    batch.create_namespaced_job(NAMESPACE, job_body(name, "import time; time.sleep(600)"))
+    first = wait_for("the first pod", lambda: job_pods(core, name))[0].metadata.name
+    core.delete_namespaced_pod(first, NAMESPACE, grace_period_seconds=0)
+    wait_for(
+        "the Job controller to replace the deleted pod",
+        lambda: [p for p in job_pods(core, name) if p.metadata.name != first],
+        timeout=30,
+    )
+    batch.delete_namespaced_job(name, NAMESPACE, propagation_policy="Foreground")

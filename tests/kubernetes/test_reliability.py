@@ -131,7 +131,7 @@ def test_waiters_ride_out_an_api_server_outage(
     threads = [threading.Thread(target=t) for t in (sync_waiter, async_thread)]
     for t in threads:
         t.start()
-    with k8s_cluster.apiserver_outage():
+    with k8s_cluster.control_plane_outage():
         time.sleep(6)  # several polls fail, each after the (shortened) retries
     for t in threads:
         t.join(timeout=240)
@@ -148,7 +148,7 @@ def test_outage_past_the_timeout_is_a_kinetic_error(
     )
     job = kc.submit(k8s_fns.sleep, (30,), target=kube)
     _running(job)
-    with k8s_cluster.apiserver_outage(), pytest.raises(kc.WaitTimeout, match="wait again"):
+    with k8s_cluster.control_plane_outage(), pytest.raises(kc.WaitTimeout, match="wait again"):
         job.wait(timeout=3)
     job.cancel()
 

@@ -30,6 +30,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -45,6 +46,7 @@ CACHE_ROOT = Path(
 )
 BIN_DIR = CACHE_ROOT / K8S_VERSION / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+CONTROLLERS = ("kube-controller-manager", "kube-scheduler")
 NODE_NAMES = ("node-cpu", "node-gpu", "node-tpu", "node-spot", "node-tpu-spot")
 CONTEXT = "kinetic-test"
 AUDIT_POLICY = """\
@@ -119,6 +121,7 @@ class TestCluster:
         self.start_seconds = 0.0
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._argv: dict[str, list[str]] = {}
+        self._healthz: dict[str, str] = {}  # controller -> its /healthz URL
         self.agent_port = 0
         self._ssl: ssl.SSLContext | None = None
 
@@ -292,19 +295,11 @@ class TestCluster:
                 f"--tls-key={kubelet_serving.key}",
             ],
         )
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE  # their self-signed /healthz certs; probe only
-        self._wait(
-            "kube-scheduler",
-            lambda: self._http_ok(f"https://127.0.0.1:{sched_port}/healthz", insecure),
-            60,
-        )
-        self._wait(
-            "kube-controller-manager",
-            lambda: self._http_ok(f"https://127.0.0.1:{cm_port}/healthz", insecure),
-            60,
-        )
+        self._healthz = {
+            "kube-scheduler": f"https://127.0.0.1:{sched_port}/healthz",
+            "kube-controller-manager": f"https://127.0.0.1:{cm_port}/healthz",
+        }
+        self._wait_controllers()
         self._wait("node-agent", self._nodes_ready, 60, what="all nodes Ready")
         # Pods are rejected by the ServiceAccount admission plugin until the default
         # ServiceAccount exists and the token controller has given it a token secret.
@@ -375,17 +370,25 @@ class TestCluster:
     # ---- faults for reliability tests ----------------------------------------------------
 
     @contextlib.contextmanager
-    def apiserver_outage(self) -> Iterator[None]:
-        """The API server is down inside the block (killed) and back, ready, after it."""
-        proc = self._procs.pop("kube-apiserver")
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+    def control_plane_outage(self) -> Iterator[None]:
+        """The control plane (API server, controller manager, scheduler) is down inside the
+        block (killed) and back, ready, after it: as when GKE upgrades or repairs it, the
+        components restart together. Controllers left running would come back blind: their
+        watches back off (up to a minute) after failing through the outage, and a Job
+        controller that misses a pod's creation waits 5 minutes before replacing it."""
+        for name in (*CONTROLLERS, "kube-apiserver"):
+            proc = self._procs.pop(name)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
         try:
             yield
         finally:
             self._spawn("kube-apiserver", self._argv["kube-apiserver"])
             self._wait("kube-apiserver", lambda: self._http_ok(f"{self.server}/readyz"), 90)
+            for name in CONTROLLERS:
+                self._spawn(name, self._argv[name])
+            self._wait_controllers()
 
     def restart_node_agent(self) -> None:
         """SIGKILL the node agent (its pods' processes are left orphaned, as when a kubelet
@@ -457,6 +460,13 @@ class TestCluster:
             f"{component} not {what} after {timeout:.0f}s; last log lines:\n"
             f"{_tail(self.log_path(component))}"
         )
+
+    def _wait_controllers(self) -> None:
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # their self-signed /healthz certs; probe only
+        for name in CONTROLLERS:
+            self._wait(name, partial(self._http_ok, self._healthz[name], insecure), 60)
 
     def _http_ok(self, url: str, context: ssl.SSLContext | None = None) -> bool:
         headers = {"Authorization": f"Bearer {self.token}"} if url.startswith(self.server) else {}
