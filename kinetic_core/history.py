@@ -117,15 +117,10 @@ def transitions(storage: Storage, job_id: str, attempt: int = 1) -> list[Transit
     outcome = read_outcome(storage, job_id)
     if outcome is not None:
         records.append(outcome)
-    records.sort(key=lambda r: float(r.get("at") or 0))
+    ordered = _in_order(records)
     found: list[Transition] = []
-    for i, r in enumerate(records):
-        try:
-            status = JobStatus(r["status"])
-        except (KeyError, ValueError):
-            continue
-        nxt = records[i + 1].get("at") if i + 1 < len(records) else None
-        at = r.get("at")
+    for i, (r, status, at) in enumerate(ordered):
+        nxt = ordered[i + 1][2] if i + 1 < len(ordered) else None
         found.append(
             Transition(
                 job_id=job_id,
@@ -135,7 +130,38 @@ def transitions(storage: Storage, job_id: str, attempt: int = 1) -> list[Transit
                 message=r.get("message"),
                 exit_code=r.get("exit_code"),
                 at=timestamp(at),
-                duration=float(nxt) - float(at) if nxt and at else None,
+                duration=nxt - at if nxt is not None and at is not None else None,
             )
         )
     return found
+
+
+def _rank(status: JobStatus) -> int:
+    """A job moves PENDING -> RUNNING -> a terminal status, never back."""
+    return 2 if status.terminal else {JobStatus.PENDING: 0, JobStatus.RUNNING: 1}.get(status, 0)
+
+
+def _in_order(
+    records: list[dict[str, Any]],
+) -> list[tuple[dict[str, Any], JobStatus, float | None]]:
+    """Records in the state machine's order, times made monotone: sources date them with
+    other clocks and precisions (a pod's ``startedAt`` in whole seconds, an observer's
+    clock), so a RUNNING can carry an earlier time than the PENDING seen before it. A
+    time earlier than its predecessor's is raised to it."""
+    parsed = []
+    for r in records:
+        try:
+            status = JobStatus(r["status"])
+        except (KeyError, ValueError):
+            continue
+        at = r.get("at")
+        parsed.append((r, status, float(at) if isinstance(at, int | float) else None))
+    parsed.sort(key=lambda p: (_rank(p[1]), p[2] if p[2] is not None else 0.0))
+    out: list[tuple[dict[str, Any], JobStatus, float | None]] = []
+    latest: float | None = None
+    for r, status, at in parsed:
+        if at is not None:
+            at = at if latest is None else max(at, latest)
+            latest = at
+        out.append((r, status, at))
+    return out

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from kinetic_core import layout, recovery, signing
-from kinetic_core.backends import Backend
+from kinetic_core.backends import Backend, running
 from kinetic_core.config import Target
 from kinetic_core.data import Data
 from kinetic_core.errors import (
@@ -36,7 +36,7 @@ from kinetic_core.payload import load_envelope, rebuild_exception
 from kinetic_core.polling import Until, in_thread, poll_ticks, shared_poller, wait_states
 from kinetic_core.records import decide, try_write_record
 from kinetic_core.states import JobState, JobStatus
-from kinetic_core.status import backend_for, resolve_states, running
+from kinetic_core.status import backend_for, resolve_states
 from kinetic_core.storage import Storage, open_storage
 
 __all__ = ["JobHandle", "attach", "list_jobs", "load_handle"]
@@ -177,16 +177,25 @@ class JobHandle:
         """Every recorded transition of this job, oldest first, across the attempts that
         recovered it (or that it recovered): e.g. how long it sat ``Unschedulable``."""
         storage = self._storage()
+        return [t for job_id, n in self._attempts() for t in transitions(storage, job_id, n)]
+
+    ahistory = in_thread(history)
+
+    def _attempts(self) -> list[tuple[str, int]]:
+        """(job id, attempt) of every attempt of this job, oldest first: the attempts this
+        one recovered and the ones that recovered it (bounded: a chain is short)."""
+        storage = self._storage()
         chain = [(self.job_id, self.attempt)]
         earlier = self.recovered_from
         while earlier and len(chain) < 100:
             chain.insert(0, (earlier, chain[0][1] - 1))
-            earlier = load_handle(storage, earlier, self._key).recovered_from
+            try:
+                earlier = load_handle(storage, earlier, self._key).recovered_from
+            except JobNotFound:  # cleaned up to its tombstone, or never stored
+                break
         while (later := recovery.next_recorded(storage, chain[-1][0])) and len(chain) < 100:
             chain.append((later, chain[-1][1] + 1))
-        return [t for job_id, n in chain for t in transitions(storage, job_id, n)]
-
-    ahistory = in_thread(history)
+        return chain
 
     def current(self) -> JobHandle:
         """The handle of the newest attempt of this job (itself unless it was recovered)."""
@@ -339,27 +348,24 @@ class JobHandle:
     acancel = in_thread(cancel)
 
     def cleanup(self, *, backend: bool = True, storage: bool = True, outputs: bool = False) -> None:
-        """Free backend resources and stored envelopes.
+        """Free backend resources and stored envelopes of every attempt of this job (the
+        attempts it recovered and those that recovered it), from any attempt's handle.
 
         A small tombstone (handle and state records) stays so the job still resolves and
         an idempotency key knows it ran. ``outputs=True`` also deletes the function's own
         files under its output dir (off by default: they are usually the point).
         """
         if backend:
-            self.cancel()  # False (and nothing done) when it already ended
-            backend_for(self).delete(self.job_id)
-        if storage:
-            st = self._storage()
-            for name in layout.ENVELOPES:
-                st.delete(self._path(name))
-        if outputs:
-            self._storage().delete_prefix(layout.outputs(self.job_id))
-        if self.recovered_from:  # the attempts this one recovered go with it
-            try:
-                earlier = load_handle(self._storage(), self.recovered_from, self._key)
-            except JobNotFound:
-                return
-            earlier.cleanup(backend=backend, storage=storage, outputs=outputs)
+            self.cancel()  # the attempt that runs now; False (nothing done) once ended
+        st = self._storage()
+        for job_id, _ in self._attempts():
+            if backend:
+                backend_for(self).delete(job_id)
+            if storage:
+                for name in layout.ENVELOPES:
+                    st.delete(layout.job_file(job_id, name))
+            if outputs:
+                st.delete_prefix(layout.outputs(job_id))
 
     acleanup = in_thread(cleanup)
 

@@ -20,11 +20,16 @@ from typing import IO
 from kinetic_core import layout
 from kinetic_core.backends import LaunchSpec, get_backend
 from kinetic_core.config import Target
-from kinetic_core.errors import KineticError, SubmissionError
+from kinetic_core.errors import BackendError, KineticError, SubmissionError
 from kinetic_core.records import try_write_record
 from kinetic_core.storage import Storage
 
 __all__ = ["AttemptTaken", "create_attempt", "launch_spec"]
+
+
+def may_have_launched(exc: BaseException) -> bool:
+    """After ``exc`` from a launch, the backend may have taken the job all the same."""
+    return isinstance(exc, BackendError) and exc.transient
 
 
 class AttemptTaken(Exception):
@@ -67,7 +72,9 @@ def create_attempt(
     (nothing of ours is left), and on any other failure what was written is deleted.
     Without, its envelope was staged earlier: ``handle.json`` is created unless a racing
     launcher did, and the launch is idempotent. Failures other than ``KineticError`` are
-    raised as ``SubmissionError``.
+    raised as ``SubmissionError``. A transient ``BackendError`` from the launch keeps the
+    attempt: the request may have reached the backend (its answer lost), so the attempt is
+    launched again, never created twice, and observers find the job if it runs.
     """
     job_id = spec.job_id
     backend = get_backend(spec.target)
@@ -103,7 +110,7 @@ def create_attempt(
         except BaseException as exc:
             if isinstance(exc, FileExistsError) and write_payload is not None and not created:
                 raise AttemptTaken(job_id) from None
-            if created:  # leave nothing half-submitted behind
+            if created and not may_have_launched(exc):  # leave nothing half-submitted
                 storage.delete_prefix(layout.job_dir(job_id))
             if isinstance(exc, KineticError) or not isinstance(exc, Exception):
                 raise

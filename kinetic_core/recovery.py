@@ -15,7 +15,6 @@ names its successor, and every handle of attempt n follows it transparently.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -25,9 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from kinetic_core import ids, layout
-from kinetic_core.backends import get_backend
+from kinetic_core.backends import Backend, BackendState, get_backend, running
 from kinetic_core.config import Target
-from kinetic_core.errors import KineticError
+from kinetic_core.errors import BackendError, KineticError
 from kinetic_core.ids import keyed_id
 from kinetic_core.launching import AttemptTaken, create_attempt, launch_spec
 from kinetic_core.payload import rebind_envelope
@@ -83,16 +82,37 @@ def current(ref: Any) -> Any:
     return ref
 
 
+class OldAttemptRunning(Exception):
+    """A process of the ended attempt is still alive: its successor waits for it."""
+
+
 def advance(
     refs: list[Any], states: list[JobState], resolve: Callable[[list[Any]], list[JobState]]
 ) -> list[JobState]:
     """For each terminal state: follow (or start) the next attempt, and report its state
-    instead; successors are resolved in bulk, hop by hop."""
+    instead; successors are resolved in bulk, hop by hop. While a successor cannot start
+    yet (the old attempt's processes are still stopping) the job reads PENDING
+    ``Recovering``; a transient backend error while starting one is raised (the caller's
+    wait rides it out): a job whose next attempt may have been launched never reads ended."""
     out = list(states)
     refs = list(refs)
     pending = [i for i, s in enumerate(out) if s.terminal]
     while pending:
-        moved = [(i, nxt) for i in pending if (nxt := successor(refs[i], out[i])) is not None]
+        moved = []
+        for i in pending:
+            try:
+                nxt = successor(refs[i], out[i])
+            except OldAttemptRunning as exc:
+                out[i] = dataclasses.replace(
+                    out[i],
+                    status=JobStatus.PENDING,
+                    reason="Recovering",
+                    message=str(exc),
+                    finished_at=None,
+                )
+                continue
+            if nxt is not None:
+                moved.append((i, nxt))
         if not moved:
             break
         for (i, nxt), state in zip(moved, resolve([n for _, n in moved]), strict=True):
@@ -103,7 +123,9 @@ def advance(
 
 def successor(ref: Any, state: JobState) -> Any | None:
     """The attempt that recovered ``ref``: recorded, or started now if its end is
-    recoverable; None when the job ends here."""
+    recoverable; None when the job ends here. Raises ``OldAttemptRunning`` while the old
+    attempt's processes are stopping, and a transient ``BackendError`` when the next
+    attempt's launch may or may not have reached the backend."""
     if not recoverable_end(ref, state):
         return None  # no storage read for the jobs that end as they ended
     storage = open_storage(ref.storage)
@@ -111,6 +133,11 @@ def successor(ref: Any, state: JobState) -> Any | None:
     if found is None and recoverable(ref, state):
         try:
             found = _start(storage, ref, state)
+        except BackendError as exc:
+            if exc.transient:
+                raise
+            log.warning("kinetic: could not recover job %s: %s", ref.job_id, exc)
+            return None
         except (KineticError, OSError) as exc:
             log.warning("kinetic: could not recover job %s: %s", ref.job_id, exc)
             return None
@@ -158,8 +185,12 @@ def _lost_seconds(state: JobState) -> float:
 
 
 def _start(storage: Storage, ref: Any, state: JobState) -> Any:
-    """Create and launch the next attempt, or find the one a racing observer created."""
+    """Create and launch the next attempt, or find (and launch) the one a racing observer
+    or an interrupted earlier try created. ``superseded.json`` names it only once the
+    backend took it, so nobody follows an attempt that may never run."""
     signing_key = getattr(ref, "signing_key", None) or os.environ.get("KINETIC_SIGNING_KEY") or None
+    target = dataclasses.replace(Target.from_stored(ref.target), signing_key=signing_key)
+    _stop_old_attempt(get_backend(target), ref)
     record = {
         "successor": successor_id(ref),
         "created_at": time.time(),
@@ -169,12 +200,12 @@ def _start(storage: Storage, ref: Any, state: JobState) -> Any:
         "lost_seconds": _lost_seconds(state),
     }
     nxt = _next_ref(ref, record)
-    target = dataclasses.replace(Target.from_stored(ref.target), signing_key=signing_key)
+    spec = launch_spec(nxt.job_id, ref.storage, target, ref.tags or {})
     created = True
     try:
         create_attempt(
             storage,
-            launch_spec(nxt.job_id, ref.storage, target, ref.tags or {}),
+            spec,
             nxt.record(),
             write_payload=lambda fh: rebind_envelope(
                 storage,
@@ -190,13 +221,13 @@ def _start(storage: Storage, ref: Any, state: JobState) -> Any:
         created = False
         created_at = _created_at(storage, nxt.job_id)
         record["created_at"] = created_at if created_at is not None else record["created_at"]
+        if read_json(storage, layout.job_file(nxt.job_id, layout.LAUNCHED)) is None:
+            # Its creator may have died, or lost the backend's answer: launching is
+            # idempotent per job id, so launch it (again).
+            create_attempt(storage, spec, nxt.record(), write_payload=None)
     write_record(storage, ref.job_id, layout.SUPERSEDED, create_only=True, **record)
     winner = _recorded(storage, ref)
     if created:
-        # A node lost to a partition may still run the old process: delete its job, so it
-        # is stopped when the node comes back (a no-op where nothing is left).
-        with contextlib.suppress(KineticError, OSError):
-            get_backend(target).cancel(ref.job_id)
         log.warning(
             "kinetic: job %s ended %s (%s); recovery %d of %d started as %s",
             ref.job_id,
@@ -207,6 +238,18 @@ def _start(storage: Storage, ref: Any, state: JobState) -> Any:
             nxt.job_id,
         )
     return winner or _next_ref(ref, record)
+
+
+def _stop_old_attempt(backend: Backend, ref: Any) -> None:
+    """Stop every process of the ended attempt and see it gone before its successor
+    starts: two runs of one job never overlap. (A node lost to a partition cannot confirm;
+    the backend reads its pods as presumed dead, and the runner fences a late start.)"""
+    backend.cancel(ref.job_id)
+    if running(backend.poll([ref.job_id]).get(ref.job_id, BackendState("not_found"))):
+        raise OldAttemptRunning(
+            f"attempt {ref.attempt} ({ref.job_id}) ended; its processes are still stopping, "
+            f"then attempt {ref.attempt + 1} starts"
+        )
 
 
 def _created_at(storage: Storage, job_id: str) -> float | None:

@@ -15,6 +15,7 @@ import traceback
 from typing import Any
 
 from kinetic_core import layout, notice, outputs
+from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.ids import validate_id
 from kinetic_core.payload import (
     dump_envelope,
@@ -62,6 +63,10 @@ def run_job(storage_uri: str, job_id: str) -> int:
             f"kinetic: job {job_id} is already {decided['status']}; not running it", file=sys.stderr
         )
         return 1
+    other = _other_attempt(storage, job_id)
+    if other is not None:
+        print(f"kinetic: job {job_id} is not run: {other}", file=sys.stderr)
+        return REFUSED_EXIT_CODE
     if not write_record(storage, job_id, layout.STARTED, create_only=True, event="started"):
         return _refuse_second_run(storage, job_id)
     phase = "load"
@@ -93,21 +98,35 @@ def run_job(storage_uri: str, job_id: str) -> int:
     return 0 if body["success"] else int(body.get("exit_code") or 1)
 
 
+def _other_attempt(storage: Storage, job_id: str) -> str | None:
+    """Why another attempt of this job's key may run instead of this one, or None.
+
+    A recovery starts attempt n+1 only once attempt n has ended and its processes are
+    gone, so neither case happens in order; they fence a late or stray start (a pod
+    created again from an old Job, a node that comes back from a partition)."""
+    if read_json(storage, layout.job_file(job_id, layout.SUPERSEDED)) is not None:
+        return "a later attempt of it was started already"
+    handle = read_json(storage, layout.job_file(job_id, layout.HANDLE)) or {}
+    earlier = handle.get("recovered_from")
+    if isinstance(earlier, str) and read_outcome(storage, earlier) is None:
+        return f"the attempt it recovers ({earlier}) has not ended"
+    return None
+
+
 def _refuse_second_run(storage: Storage, job_id: str) -> int:
     """The job's function already started once: this process is a replacement (a deleted or
     evicted pod that Kubernetes restarted, say). A job id means one execution, so nothing
-    runs; the job ends FAILED/Lost unless the first run decided already."""
+    runs. Nothing is decided either: the first run may still be alive (a pod deleted
+    gracefully runs until its grace period ends); the backend reads this refusal as no end
+    of the job, which ends as the first run does (``Lost`` if it stored nothing)."""
     first = read_json(storage, layout.job_file(job_id, layout.STARTED)) or {}
-    message = (
-        f"the job's function started once already (on {first.get('host', '?')}, pid "
-        f"{first.get('pid', '?')}) and its process was replaced (pod deleted, evicted or "
-        "its node lost); kinetic refused to run the function more than once. Submit again "
-        "(or let a recovery policy start a new attempt) to rerun it."
+    print(
+        f"kinetic: job {job_id}: its function started once already (on {first.get('host', '?')}, "
+        f"pid {first.get('pid', '?')}); a job id means one run, so this process (a replacement "
+        "of a deleted, evicted or lost one) refused to run the function more than once",
+        file=sys.stderr,
     )
-    won, winner = decide(storage, job_id, "FAILED", "Lost", message, by=BY_RUNNER, exit_code=1)
-    outcome = "recorded as Lost" if won else f"it is {(winner or {}).get('status')}"
-    print(f"kinetic: job {job_id} ran already; not running it again ({outcome})", file=sys.stderr)
-    return 1
+    return REFUSED_EXIT_CODE
 
 
 def _arrive(call: dict[str, Any], storage: Storage, job_id: str) -> tuple[Any, Any]:

@@ -51,11 +51,6 @@ class JobRef(Protocol):
     def attempt(self) -> int: ...
 
 
-def running(b: BackendState) -> bool:
-    """The backend still runs (or will run) the job's processes."""
-    return b.phase in ("pending", "running")
-
-
 def backend_for(ref: JobRef) -> Backend:
     return get_backend(Target.from_stored(ref.target))
 

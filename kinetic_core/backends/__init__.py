@@ -20,6 +20,11 @@ if TYPE_CHECKING:  # not at run time: the local supervisor imports this package 
 
 Phase = Literal["pending", "running", "exited", "gone", "not_found"]
 
+#: Exit code of a runner that will not run the job's function: another process of the job
+#: ran it or may still run it (a replacement pod, an attempt superseded or not yet due). A
+#: backend never reads such a process as the job's end while another process of it lives.
+REFUSED_EXIT_CODE = 117
+
 
 @dataclass(frozen=True)
 class LaunchSpec:
@@ -51,6 +56,11 @@ class BackendState:
     message: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
+
+
+def running(state: BackendState) -> bool:
+    """The backend still runs (or will run) a process of the job."""
+    return state.phase in ("pending", "running")
 
 
 @runtime_checkable

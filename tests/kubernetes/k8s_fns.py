@@ -137,3 +137,29 @@ def where_am_i() -> dict[str, object]:
         "cwd_entries": sorted(os.listdir(".")),
         "env": sorted(os.environ),
     }
+
+
+def journaled(path: str, shutdown_seconds: float) -> str:
+    """Appends "<job id> <event>" lines to ``path``: start, and for the first run (which
+    waits to be stopped) a save that takes ``shutdown_seconds`` on SIGTERM; later runs
+    finish at once. Tells whether two runs of one job ever overlapped."""
+    import kinetic_core as kc
+
+    job_id = os.environ["KINETIC_JOB_ID"]
+
+    def log(event: str) -> None:
+        with open(path, "a") as fh:
+            fh.write(f"{job_id} {event}\n")
+
+    first = not os.path.exists(path)
+    log("start")
+
+    @kc.on_preemption
+    def save() -> None:
+        time.sleep(shutdown_seconds)
+        log("saved")
+
+    if first:
+        time.sleep(600)  # until its pod or Job is deleted
+    log("done")
+    return job_id

@@ -267,7 +267,9 @@ def test_secret_is_owned_from_its_creation(
 # ---- 6. a Job deleted by someone else is Lost at once --------------------------------------
 
 
-def test_job_deleted_by_someone_else_is_lost_at_once(kube: kc.Target) -> None:
+def test_job_deleted_by_someone_else_is_lost_once_its_pods_are_gone(kube: kc.Target) -> None:
+    """Lost means no process of the job is alive: while the deleted Job's pod is still
+    stopping the job reads RUNNING (Terminating), then Lost as soon as the pod is gone."""
     backend = _backend(kube)
     job = kc.submit(k8s_fns.sleep, (300,), target=kube)
     _running(job)
@@ -277,6 +279,7 @@ def test_job_deleted_by_someone_else_is_lost_at_once(kube: kc.Target) -> None:
         body={"propagationPolicy": "Background"},
     )
     _until("the Job to go", lambda: _get(backend, "jobs", job_name(job.job_id)) is None)
+    _until("its pods to go", lambda: not _pods(backend, job.job_id))
     state = job.state()
     assert (state.status, state.reason) == (kc.JobStatus.FAILED, "Lost")
     assert "deleted" in (state.message or "")

@@ -79,7 +79,9 @@ class KubernetesBackend:
                 raise SubmissionError(f"Kubernetes rejected Job {name}: {exc.reason}") from exc
             try:  # it exists (409), or the create succeeded before the error reached us
                 created = dict(self.client.call("GET", self.client.ns("jobs", name)))
-            except BackendError:
+            except BackendError as missing:
+                if exc.transient or missing.transient:  # it may exist: launch again, never final
+                    raise exc from None
                 raise SubmissionError(f"Could not create Job {name}: {exc}") from exc
             if exc.status == 409 and not spec.target.signing_key:
                 return {}

@@ -14,7 +14,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from kinetic_core.backends import BackendState
+from kinetic_core.backends import REFUSED_EXIT_CODE, BackendState
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
 
 
@@ -118,25 +118,104 @@ def kinetic_container_status(pod_status: dict[str, Any]) -> dict[str, Any]:
     return dict(statuses[0]) if len(statuses) == 1 else {}
 
 
+def alive(pod: dict[str, Any]) -> bool:
+    """The pod's process may still run: it has not reported Succeeded or Failed. A pod
+    being deleted is alive until its grace period ends (its process may be checkpointing)."""
+    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def refused(pod: dict[str, Any]) -> bool:
+    """A pod whose runner would not run the function (another process of the job ran it:
+    this pod replaced a deleted one). It says nothing about how the job ended."""
+    terminated = kinetic_container_status(pod.get("status", {})).get("state", {}).get("terminated")
+    return bool(terminated) and terminated.get("exitCode") == REFUSED_EXIT_CODE
+
+
+def _created(pod: dict[str, Any]) -> str:
+    return str(pod["metadata"].get("creationTimestamp", ""))
+
+
 def job_state(
     job: dict[str, Any] | None,
     pods: list[dict[str, Any]],
     nodes: dict[str, dict[str, Any]] | None = None,
 ) -> BackendState:
     """Translate a Job and its pods (and the Nodes of pods that stopped being Ready) into a
-    BackendState with a reason a person can act on."""
+    BackendState with a reason a person can act on.
+
+    Every pod carrying the job's label counts, whether or not its Job still exists: while
+    one may still run the job's process the job is pending or running (never ended, never
+    lost), so nothing starts another run beside it. Of the pods that ended, one that
+    refused to run the function again says nothing about the job."""
+    live = sorted((p for p in pods if alive(p)), key=_created)
+    if live:
+        return _live_state(job, live, nodes or {})
+    ended = [p for p in pods if not refused(p)]
     if job is None:
         return BackendState(
             "not_found",
             message="the Kubernetes Job does not exist (deleted, or expired by its TTL)",
         )
+    if pods and not ended:
+        return BackendState(
+            "gone",
+            started_at=_ts(job.get("status", {}).get("startTime")),
+            message="the pod that ran the job's function was deleted and its replacement "
+            "pod refused to run the function more than once",
+        )
+    pod = max(ended, key=_created) if ended else None
+    return _ended_state(job, pod)
+
+
+def _live_state(
+    job: dict[str, Any] | None, live: list[dict[str, Any]], nodes: dict[str, dict[str, Any]]
+) -> BackendState:
+    """The job while a pod of it may still run: the oldest such pod (the one that may run
+    the function) speaks, unless its node is lost."""
+    started = _ts((job or {}).get("status", {}).get("startTime"))
+    troubled = [(p, _lost_node_state([p], nodes, started)) for p in live]
+    fine = [p for p, trouble in troubled if trouble is None]
+    if not fine:  # unreachable while one is in its grace; presumed dead (gone) once all are past it
+        states = [trouble for _, trouble in troubled if trouble is not None]
+        return next((t for t in states if t.phase == "running"), states[0])
+    pod = fine[0]
+    pod_status = pod.get("status", {})
+    cstatus = kinetic_container_status(pod_status)
+    waiting = cstatus.get("state", {}).get("waiting") or {}
+    name = pod["metadata"].get("name", "?")
+    reason, message = None, None
+    if job is None:
+        reason = "JobDeleted"
+        message = f"the Kubernetes Job was deleted but its pod {name} still runs"
+    if pod["metadata"].get("deletionTimestamp"):
+        reason = "Terminating"
+        message = f"pod {name} is being deleted; its process may still be saving its work"
+    if pod_status.get("phase") == "Running":
+        running_since = cstatus.get("state", {}).get("running", {}).get("startedAt")
+        return BackendState(
+            "running", reason=reason, message=message, started_at=_ts(running_since) or started
+        )
+    if reason is not None:
+        return BackendState("pending", reason=reason, message=message, started_at=started)
+    if waiting.get("reason") in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
+        return BackendState("pending", reason="ImagePullBackOff", message=waiting.get("message"))
+    if waiting.get("reason"):
+        return BackendState("pending", reason=waiting["reason"], message=waiting.get("message"))
+    for cond in pod_status.get("conditions", []):
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return BackendState(
+                "pending", reason=cond.get("reason") or "Unschedulable", message=cond.get("message")
+            )
+    return BackendState("pending", started_at=started)
+
+
+def _ended_state(job: dict[str, Any], pod: dict[str, Any] | None) -> BackendState:
+    """The job once no pod of it runs: its conditions and its last pod's end."""
     status = job.get("status", {})
-    pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", "")) if pods else None
     pod_status = (pod or {}).get("status", {})
     started = _ts(status.get("startTime"))
     cstatus = kinetic_container_status(pod_status)
     terminated = cstatus.get("state", {}).get("terminated") or {}
-    waiting = cstatus.get("state", {}).get("waiting") or {}
     exit_code = terminated.get("exitCode")
     conditions = {c["type"]: c for c in status.get("conditions", []) if c.get("status") == "True"}
     finished = _ts(status.get("completionTime")) or _ts(terminated.get("finishedAt"))
@@ -155,24 +234,7 @@ def job_state(
         return _terminated_state(terminated, started, finished, cond.get("message"))
     if terminated:
         return _terminated_state(terminated, started, finished, None)
-    lost = _lost_node_state([pod] if pod else [], nodes or {}, started)
-    if lost is not None:
-        return lost
-    if pod_status.get("phase") == "Running":
-        return BackendState(
-            "running",
-            started_at=_ts(cstatus.get("state", {}).get("running", {}).get("startedAt")) or started,
-        )
-    if waiting.get("reason") in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
-        return BackendState("pending", reason="ImagePullBackOff", message=waiting.get("message"))
-    if waiting.get("reason"):
-        return BackendState("pending", reason=waiting["reason"], message=waiting.get("message"))
-    for cond in pod_status.get("conditions", []):
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return BackendState(
-                "pending", reason=cond.get("reason") or "Unschedulable", message=cond.get("message")
-            )
-    return BackendState("pending", started_at=started)
+    return BackendState("pending", started_at=started)  # the Job controller makes its pod
 
 
 def _terminated_state(
