@@ -5,7 +5,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 from typing import Any
+
+
+def key_in_force(explicit: str | None) -> str | None:
+    """The signing key that applies now: ``explicit`` if given, else ``KINETIC_SIGNING_KEY``
+    as the environment holds it at this moment (a rotated secret applies from then on)."""
+    return explicit or os.environ.get("KINETIC_SIGNING_KEY") or None
 
 
 def mac(signing_key: str, fields: dict[str, Any]) -> str:

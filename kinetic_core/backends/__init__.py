@@ -97,26 +97,41 @@ class Backend(Protocol):
         may have changed (the caller polls next either way)."""
 
 
-_backends: dict[str, Backend] = {}
+#: What a backend is cached on unless its class declares ``cache_key`` (see ``get_backend``).
+DEFAULT_CACHE_FIELDS = (
+    "storage",
+    "local_dir",
+    "kube_context",
+    "kubeconfig",
+    "in_cluster",
+    "namespace",
+    "project",
+    "signing_key",
+)
+
+_backends: dict[tuple[object, ...], Backend] = {}
 _lock = threading.Lock()
 
 
+def cache_key(target: Target) -> tuple[object, ...]:
+    """What ``get_backend`` caches the backend of ``target`` under.
+
+    What makes two backend instances differ is the backend's to say: a backend class
+    may declare ``cache_key(target) -> tuple`` (a classmethod or staticmethod, found on
+    the class behind the registry's factory, nothing instantiated). It is called at every
+    ``get_backend``, so it can key on what the environment holds at that moment (the
+    local backend keys on the signing key in force). Default: ``DEFAULT_CACHE_FIELDS``.
+    """
+    factory = registry.backend_factory(str(target.backend))
+    declared = getattr(getattr(factory, "__self__", factory), "cache_key", None)
+    if declared is not None:
+        return (str(target.backend), *declared(target))
+    return (str(target.backend), *(getattr(target, f) for f in DEFAULT_CACHE_FIELDS))
+
+
 def get_backend(target: Target) -> Backend:
-    """The backend for a resolved target, cached per process and configuration."""
-    key = "|".join(
-        str(getattr(target, f))
-        for f in (
-            "backend",
-            "storage",
-            "local_dir",
-            "kube_context",
-            "kubeconfig",
-            "in_cluster",
-            "namespace",
-            "project",
-            "signing_key",  # the local backend verifies its launch records with it
-        )
-    )
+    """The backend for a resolved target, cached per process under ``cache_key``."""
+    key = cache_key(target)
     with _lock:
         if key not in _backends:
             _backends[key] = registry.backend_factory(str(target.backend))(target)

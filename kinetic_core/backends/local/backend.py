@@ -32,7 +32,7 @@ from typing import Any
 
 import kinetic_core.backends.local.launch_record as launch_record
 import kinetic_core.backends.local.zygote as zygote
-from kinetic_core import layout
+from kinetic_core import layout, signing
 from kinetic_core.backends import BackendState, LaunchSpec
 from kinetic_core.config import Target
 from kinetic_core.errors import SubmissionError
@@ -48,6 +48,11 @@ SUBMITTING = ".submitting"
 # A job directory this young without a launch record may be a supervisor mid-fork.
 STARTUP_GRACE = 10.0
 CANCEL_WAIT = 1.0
+# The key each job launched by this process was signed with (None: unsigned). Its launch
+# record is verified with that key here, whatever key the environment holds by then: a job
+# in flight when a secret rotates must not read as gone (Lost would start a recovery beside
+# it). Jobs launched elsewhere are verified with the observing backend's key.
+_launch_keys: dict[Path, str | None] = {}  # by job directory: ids repeat across storages
 
 
 def default_local_dir(target: Target) -> str:
@@ -103,8 +108,16 @@ class LocalBackend:
     @classmethod
     def from_target(cls, target: Target) -> LocalBackend:
         # A handle's target carries no secret: readers verify with the key in their env.
-        key = target.signing_key or os.environ.get("KINETIC_SIGNING_KEY") or None
-        return cls(default_local_dir(target), target.storage, key)
+        return cls(
+            default_local_dir(target), target.storage, signing.key_in_force(target.signing_key)
+        )
+
+    @staticmethod
+    def cache_key(target: Target) -> tuple[object, ...]:
+        """One instance per folder, storage and signing key IN FORCE (argument, else the
+        environment now): after ``KINETIC_SIGNING_KEY`` changes, new jobs and observers
+        get a backend holding the new key, not the one first read."""
+        return (default_local_dir(target), target.storage, signing.key_in_force(target.signing_key))
 
     @property
     def scope(self) -> str:
@@ -160,6 +173,7 @@ class LocalBackend:
         env.pop("KINETIC_LAUNCH_FD", None)
         if spec.target.signing_key:  # passed in the environment, never written to disk
             env["KINETIC_SIGNING_KEY"] = spec.target.signing_key
+        _launch_keys[job_dir] = spec.target.signing_key  # what its supervisor signs with
         argv = [str(job_dir), str(spec.target.life_span or 0), *spec.runner_args()[2:]]
         log_path = str(job_dir / launch_record.LOG)
         cwd = spec.workdir or os.getcwd()
@@ -224,6 +238,7 @@ class LocalBackend:
     def _abort(self, job_id: str) -> None:
         """Undo a launch: nothing of it may run or read as launched afterwards."""
         self._launch_cache.pop(job_id, None)
+        _launch_keys.pop(self._dir(job_id), None)
         aborted = self.local_dir / f".aborted-{job_id}-{os.getpid()}-{time.time_ns()}"
         try:  # after the rename no supervisor can claim the job (its path is gone)
             os.rename(self._dir(job_id), aborted)
@@ -236,6 +251,10 @@ class LocalBackend:
         shutil.rmtree(aborted, ignore_errors=True)
 
     # ---- observe ------------------------------------------------------------------------
+    def _key_for(self, job_id: str) -> str | None:
+        """The key ``job_id``'s launch record is verified with (see ``_launch_keys``)."""
+        return _launch_keys.get(self._dir(job_id), self.signing_key)
+
     def _read_launch(self, job_dir: Path, job_id: str) -> tuple[dict[str, Any] | None, str | None]:
         """The launch record if it can be trusted for ``job_id``; else why not."""
         try:
@@ -243,7 +262,7 @@ class LocalBackend:
         except (FileNotFoundError, ValueError):
             return None, None
         problem = (
-            launch_record.verify(record, job_id, self.signing_key)
+            launch_record.verify(record, job_id, self._key_for(job_id))
             if isinstance(record, dict)
             else "not an object"
         )
@@ -429,6 +448,7 @@ class LocalBackend:
         self._launch_cache.pop(job_id, None)
         if self._keep_log(job_id):
             shutil.rmtree(self._dir(job_id), ignore_errors=True)
+            _launch_keys.pop(self._dir(job_id), None)
         shutil.rmtree(self.local_dir / SUBMITTING / job_id, ignore_errors=True)
 
 
