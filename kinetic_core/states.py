@@ -11,6 +11,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+#: Reason of a job whose handle exists but that no backend has yet: its launch is under way
+#: (or its submitter died before it; an idempotent resubmit launches it again).
+SUBMITTING = "Submitting"
+
 
 class JobStatus(StrEnum):
     PENDING = "PENDING"

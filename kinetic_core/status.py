@@ -25,7 +25,7 @@ from kinetic_core.backends import Backend, BackendState, get_backend
 from kinetic_core.config import Target
 from kinetic_core.errors import KineticError
 from kinetic_core.records import BY_RUNNER, Evidence, decide, read_evidence, read_outcome
-from kinetic_core.states import JobState, JobStatus, timestamp
+from kinetic_core.states import SUBMITTING, JobState, JobStatus, timestamp
 from kinetic_core.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -231,7 +231,7 @@ def _from_evidence(
     # Young jobs are still being submitted: the runner can even have started
     # before the submitter recorded the launch (a zygote forks in about a millisecond).
     if now - ref.created_at < SUBMIT_GRACE:
-        return state(JobStatus.PENDING, "Submitting", "submission in progress", ev)
+        return state(JobStatus.PENDING, SUBMITTING, "submission in progress", ev)
     return state(
         JobStatus.FAILED,
         "Lost",

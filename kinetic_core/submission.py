@@ -29,7 +29,7 @@ from kinetic_core.jobs import JobHandle, load_handle
 from kinetic_core.launching import AttemptTaken, create_attempt, launch_spec
 from kinetic_core.payload import dump_envelope
 from kinetic_core.polling import in_thread
-from kinetic_core.states import JobStatus
+from kinetic_core.states import SUBMITTING, JobStatus
 from kinetic_core.storage import Storage, open_storage
 
 __all__ = ["asubmit", "launch_staged", "prepare", "submit"]
@@ -216,6 +216,19 @@ class _Submission:
             self._record_attempt(key, attempt, job_id)
         return handle
 
+    def relaunch(self, handle: JobHandle) -> None:
+        """Launch an attempt that no backend has yet: its submitter died (or lost the
+        backend's answer) between ``handle.json`` and the launch. Idempotent per job id,
+        so a submitter that is still launching it starts it once all the same."""
+        spec = launch_spec(
+            handle.job_id,
+            handle.storage,
+            self.target,
+            self.tags,
+            fuse_volumes=fuse_volumes(self.call),
+        )
+        create_attempt(self.storage, spec, handle.record(), write_payload=None)
+
     # ---- idempotency --------------------------------------------------------------------
     def _record_attempt(self, key: str, attempt: int, job_id: str) -> None:
         storage = self.storage
@@ -253,6 +266,8 @@ class _Submission:
                 state.status is JobStatus.SUCCEEDED and (reuse_succeeded or not state.collected)
             )
             if reusable:
+                if state.reason == SUBMITTING:
+                    self.relaunch(previous)
                 return replace(previous, reattached=True)
         return self.create(keyed_id(key, latest + 1), attempt=latest + 1, key=key)
 

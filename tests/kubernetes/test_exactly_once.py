@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import subprocess
 import sys
 import threading
 import time
@@ -190,3 +191,35 @@ def test_history_is_monotone_whatever_the_clocks_say(kube: kc.Target) -> None:
     assert history[0].at is not None and history[1].at is not None
     assert history[0].at <= history[1].at
     job.cancel(wait=0)
+
+
+KILLED_AT_LAUNCH = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+import kinetic_core as kc
+import k8s_fns
+from kinetic_core.backends.kubernetes import KubernetesBackend
+
+def die(self, spec):  # the submitter's worker is killed the moment it would create the Job
+    os.kill(os.getpid(), signal.SIGKILL)
+
+KubernetesBackend.launch = die
+kc.submit(k8s_fns.square, (5,), target=kc.Target.from_json({target!r}), idempotency_key={key!r})
+"""
+
+
+def test_a_resubmit_launches_the_job_its_killed_submitter_left_unlaunched(
+    kube: kc.Target, tmp_path: Path
+) -> None:
+    """An Airflow worker killed between the job's ``handle.json`` and its Job create: the
+    retry's resubmit with the same key reattaches to that job and launches it (before: it
+    attached to a job nothing would ever launch, PENDING until read Lost)."""
+    key = f"nightly-{uuid.uuid4()}"
+    script = KILLED_AT_LAUNCH.format(
+        tests=str(Path(__file__).resolve().parent), target=kube.to_json(), key=key
+    )
+    killed = subprocess.run([sys.executable, "-c", script], timeout=120, check=False)
+    assert killed.returncode == -9
+    job = kc.submit(k8s_fns.square, (5,), target=kube, idempotency_key=key)
+    assert job.reattached and job.attempt == 1
+    assert job.result(timeout=60)["square"] == 25
