@@ -178,10 +178,11 @@ class LocalStorage:
     def walk(self, prefix: str) -> list[str]:
         base = self.path(prefix)
         found = []
-        for folder, dirs, files in os.walk(base):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            rel = os.path.relpath(folder, base)
-            found += [n if rel == "." else f"{rel}/{n}" for n in files if not n.startswith(".")]
+        with self._errors("list", prefix):
+            for folder, dirs, files in os.walk(base, onerror=_raise_unless_absent):
+                dirs[:] = [d for d in dirs if not d.startswith(".")]
+                rel = os.path.relpath(folder, base)
+                found += [n if rel == "." else f"{rel}/{n}" for n in files if not n.startswith(".")]
         return sorted(found)
 
     def local_path(self, key: str) -> str | None:
@@ -220,6 +221,12 @@ class LocalStorage:
                 shutil.rmtree(
                     self.path(prefix), onerror=lambda f, p, e: _absent_is_fine(f, p, e[1])
                 )
+
+
+def _raise_unless_absent(exc: OSError) -> None:
+    """``os.walk``'s error hook: a folder deleted meanwhile (or never there) is skipped."""
+    if not isinstance(exc, FileNotFoundError | NotADirectoryError):
+        raise exc
 
 
 def _absent_is_fine(func: object, path: str, exc: BaseException) -> None:
