@@ -289,7 +289,18 @@ class JobHandle:
             raise rebuild_exception(body, self.job_id)
         self.mark_collected()
         if cleanup:
-            self.cleanup()
+            try:
+                self.cleanup()
+            except (KineticError, OSError) as exc:  # the value is read: it is the caller's
+                log.warning(
+                    "kinetic: job %s succeeded and its result was read, but cleaning it up "
+                    "failed (%s: %s); what was not cleaned up is kept: run `kinetic jobs "
+                    "cleanup %s` (or handle.cleanup()) once that is fixed",
+                    self.job_id,
+                    type(exc).__name__,
+                    exc,
+                    self.job_id,
+                )
         return body["value"]
 
     def mark_collected(self) -> None:

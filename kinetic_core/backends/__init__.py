@@ -97,8 +97,9 @@ class Backend(Protocol):
         may have changed (the caller polls next either way)."""
 
 
-#: What a backend is cached on unless its class declares ``cache_key`` (see ``get_backend``).
+#: What a backend is cached on unless its class declares ``cache_key`` (see ``cache_key``).
 DEFAULT_CACHE_FIELDS = (
+    "backend",
     "storage",
     "local_dir",
     "kube_context",
@@ -117,16 +118,18 @@ def cache_key(target: Target) -> tuple[object, ...]:
     """What ``get_backend`` caches the backend of ``target`` under.
 
     What makes two backend instances differ is the backend's to say: a backend class
-    may declare ``cache_key(target) -> tuple`` (a classmethod or staticmethod, found on
-    the class behind the registry's factory, nothing instantiated). It is called at every
-    ``get_backend``, so it can key on what the environment holds at that moment (the
-    local backend keys on the signing key in force). Default: ``DEFAULT_CACHE_FIELDS``.
+    may declare ``cache_key(target) -> tuple`` (a classmethod or staticmethod of the class
+    behind the registry's factory; nothing is instantiated to find it). It is called at
+    every ``get_backend``, so it can key on what the environment holds at that moment (the
+    local backend keys on the signing key in force). The key starts with the registry's
+    entry, so names registered to one factory (``gke``, ``kubernetes``) share instances
+    exactly when their declared keys are equal. Default: ``DEFAULT_CACHE_FIELDS``.
     """
-    factory = registry.backend_factory(str(target.backend))
+    name = str(target.backend)
+    factory = registry.backend_factory(name)
     declared = getattr(getattr(factory, "__self__", factory), "cache_key", None)
-    if declared is not None:
-        return (str(target.backend), *declared(target))
-    return (str(target.backend), *(getattr(target, f) for f in DEFAULT_CACHE_FIELDS))
+    fields = declared(target) if declared else (getattr(target, f) for f in DEFAULT_CACHE_FIELDS)
+    return (registry.BACKENDS[name], *fields)
 
 
 def get_backend(target: Target) -> Backend:

@@ -80,11 +80,28 @@ def open_storage(uri: str) -> Storage:
         return _cache[uri]
 
 
-def write_failed(where: str, exc: OSError) -> StorageError:
-    """THE message for a failed write: a full disk says so (it is not a pickling problem)."""
+def storage_failed(doing: str, where: str, exc: OSError) -> StorageError:
+    """THE message for a storage operation the system refused (``doing``: read, write,
+    delete, list): it says why (full disk, read-only, permissions) and what to do."""
+    reason = exc.strerror or str(exc)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return StorageError(
-            f"Cannot write {where}: the disk is full ({exc.strerror}). Free space on the "
+            f"Cannot {doing} {where}: the disk is full ({reason}). Free space on the "
             "storage volume, or point KINETIC_STORAGE / storage= at another one."
         )
-    return StorageError(f"Cannot write {where}: {exc.strerror or exc}.")
+    if exc.errno == errno.EROFS:
+        return StorageError(
+            f"Cannot {doing} {where}: the storage is read-only ({reason}). Mount it "
+            "writable, or point KINETIC_STORAGE / storage= at writable storage."
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return StorageError(
+            f"Cannot {doing} {where}: permission denied ({reason}). Fix its permissions "
+            "for the user this process runs as, or point KINETIC_STORAGE / storage= elsewhere."
+        )
+    return StorageError(f"Cannot {doing} {where}: {reason}.")
+
+
+def write_failed(where: str, exc: OSError) -> StorageError:
+    """THE message for a failed write: a full disk says so (it is not a pickling problem)."""
+    return storage_failed("write", where, exc)

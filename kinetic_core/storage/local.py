@@ -1,7 +1,10 @@
 """file:// storage: atomic renames, create-only via link(2), directories mode 0700.
 
 Writes stage under ``tmp/``; a staging file's name carries its writer's pid and start
-time, so files of writers that were killed are swept by the next writer.
+time, so files of writers that were killed are swept by the next writer. OS errors
+become the protocol's in one place (``LocalStorage._errors``): FileNotFoundError and
+FileExistsError are signals callers act on and pass as they are; every other OSError
+(read-only, permissions, full disk, I/O) becomes ``StorageError``.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import itertools
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -19,7 +23,7 @@ from typing import BinaryIO
 
 from kinetic_core.errors import StorageError
 from kinetic_core.procs import process_alive, start_ticks
-from kinetic_core.storage import write_failed
+from kinetic_core.storage import storage_failed, write_failed
 
 # Staging files without a live writer in their name are swept once older than this.
 STALE_STAGING = 3600.0
@@ -41,6 +45,16 @@ class LocalStorage:
     def location(self, key: str) -> str:
         return f"file://{self.path(key)}"
 
+    @contextmanager
+    def _errors(self, doing: str, key: str) -> Iterator[None]:
+        """THE mapping of OSErrors to the protocol's errors (see the module docstring)."""
+        try:
+            yield
+        except (FileNotFoundError, FileExistsError):
+            raise
+        except OSError as exc:
+            raise storage_failed(doing, self.location(key), exc) from exc
+
     def _ensure_dir(self, directory: Path) -> None:
         """Create ``directory`` and any missing parents with mode 0700."""
         missing = []
@@ -57,7 +71,8 @@ class LocalStorage:
             ) from exc
 
     def read_bytes(self, key: str) -> bytes:
-        return self.path(key).read_bytes()
+        with self._errors("read", key):
+            return self.path(key).read_bytes()
 
     def write_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None:
         with self.open_write(key, create_only=create_only) as fh:
@@ -68,27 +83,27 @@ class LocalStorage:
 
     @contextmanager
     def open_read(self, key: str) -> Iterator[BinaryIO]:
-        with open(self.path(key), "rb") as fh:
+        with self._errors("read", key):
+            fh = open(self.path(key), "rb")  # noqa: SIM115 (closed below, around the yield)
+        with fh:
             yield fh
 
     @contextmanager
     def open_write(self, key: str, *, create_only: bool = False) -> Iterator[BinaryIO]:
         target = self.path(key)
-        if create_only and target.exists():  # fail fast; link() below is the real guard
-            raise FileExistsError(str(target))
-        # Stage under tmp/ (same filesystem) so a failed write leaves nothing beside ``key``.
-        staging = self.root / "tmp"
-        self._ensure_dir(staging)
-        if not self._swept:
-            self._swept = True
-            _sweep(staging)
-        writer = f"w{os.getpid()}-{start_ticks(os.getpid()) or 0}"
-        try:
+        with self._errors("write", key):
+            if create_only and target.exists():  # fail fast; link() below is the real guard
+                raise FileExistsError(str(target))
+            # Stage under tmp/ (same filesystem): a failed write leaves nothing beside ``key``.
+            staging = self.root / "tmp"
+            self._ensure_dir(staging)
+            if not self._swept:
+                self._swept = True
+                _sweep(staging)
+            writer = f"w{os.getpid()}-{start_ticks(os.getpid()) or 0}"
             fd, tmp = tempfile.mkstemp(
                 prefix=f"{target.name}.{writer}.", suffix=".tmp", dir=staging
             )
-        except OSError as exc:
-            raise StorageError(f"Cannot write {self.location(key)}: {exc}") from exc
         try:
             fh = os.fdopen(fd, "wb")
             try:
@@ -97,25 +112,28 @@ class LocalStorage:
                 with suppress(OSError):  # the caller's error is the one to report
                     fh.close()
                 raise
-            try:
+            with self._errors("write", key):
                 fh.close()  # flushes: a full disk may only show here
-            except OSError as exc:
-                raise write_failed(self.location(key), exc) from exc
-            self._ensure_dir(target.parent)
-            if create_only:
-                os.link(tmp, target)  # atomic, fails with FileExistsError if someone won
-            else:
-                os.replace(tmp, target)
+                self._ensure_dir(target.parent)
+                if create_only:
+                    os.link(tmp, target)  # atomic, fails with FileExistsError if someone won
+                else:
+                    os.replace(tmp, target)
         finally:
-            if os.path.exists(tmp):
+            with suppress(OSError):  # gone once published; else the next writer sweeps it
                 os.unlink(tmp)
 
     def exists(self, key: str) -> bool:
-        return self.path(key).exists()
+        with self._errors("read", key):
+            return self.path(key).exists()
 
     def put_file(self, key: str, source: str, *, create_only: bool = False) -> None:
         """``open_write``'s staging and publishing, minus its per-call setup: the data
         plane sends thousands of files, where that setup cost more than the copy."""
+        with self._errors("write", key):
+            self._put_file(key, source, create_only)
+
+    def _put_file(self, key: str, source: str, create_only: bool) -> None:
         target = self.path(key)
         if create_only and target.exists():
             raise FileExistsError(str(target))
@@ -154,16 +172,17 @@ class LocalStorage:
                 os.unlink(tmp)
 
     def get_file(self, key: str, dest: str) -> None:
-        with open(self.path(key), "rb") as src, open(dest, "wb") as fh:
+        with self._errors("read", key), open(self.path(key), "rb") as src, open(dest, "wb") as fh:
             copy_stream(src, fh)
 
     def walk(self, prefix: str) -> list[str]:
         base = self.path(prefix)
         found = []
-        for folder, dirs, files in os.walk(base):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            rel = os.path.relpath(folder, base)
-            found += [n if rel == "." else f"{rel}/{n}" for n in files if not n.startswith(".")]
+        with self._errors("list", prefix):
+            for folder, dirs, files in os.walk(base, onerror=_raise_unless_absent):
+                dirs[:] = [d for d in dirs if not d.startswith(".")]
+                rel = os.path.relpath(folder, base)
+                found += [n if rel == "." else f"{rel}/{n}" for n in files if not n.startswith(".")]
         return sorted(found)
 
     def local_path(self, key: str) -> str | None:
@@ -171,7 +190,7 @@ class LocalStorage:
 
     def list_names(self, prefix: str) -> list[str]:
         try:
-            return sorted(n for n in os.listdir(self.path(prefix)) if not n.startswith("."))
+            names = os.listdir(self.path(prefix))
         except (FileNotFoundError, NotADirectoryError):
             if self.root.exists() and not self.root.is_dir():
                 raise StorageError(
@@ -179,12 +198,42 @@ class LocalStorage:
                     "KINETIC_STORAGE / storage= (or --storage) at a directory."
                 ) from None
             return []
+        except OSError as exc:
+            raise storage_failed("list", self.location(prefix), exc) from exc
+        return sorted(n for n in names if not n.startswith("."))
 
     def delete(self, key: str) -> None:
-        self.path(key).unlink(missing_ok=True)
+        path = self.path(key)
+        with self._errors("delete", key):
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                if os.path.lexists(path):  # a read-only volume refuses even absent names
+                    raise
 
     def delete_prefix(self, prefix: str) -> None:
-        shutil.rmtree(self.path(prefix), ignore_errors=True)
+        """Everything under ``prefix`` goes, or StorageError says why not (a read-only
+        volume is not silently left in place); what is already absent is fine."""
+        with self._errors("delete", prefix):
+            if sys.version_info >= (3, 12):
+                shutil.rmtree(self.path(prefix), onexc=_absent_is_fine)
+            else:
+                shutil.rmtree(
+                    self.path(prefix), onerror=lambda f, p, e: _absent_is_fine(f, p, e[1])
+                )
+
+
+def _raise_unless_absent(exc: OSError) -> None:
+    """``os.walk``'s error hook: a folder deleted meanwhile (or never there) is skipped."""
+    if not isinstance(exc, FileNotFoundError | NotADirectoryError):
+        raise exc
+
+
+def _absent_is_fine(func: object, path: str, exc: BaseException) -> None:
+    """``rmtree``'s error hook: a file or folder deleted meanwhile (or never there) is
+    what we wanted; anything else is raised."""
+    if not isinstance(exc, FileNotFoundError | NotADirectoryError):
+        raise exc
 
 
 def copy_stream(src: BinaryIO, dst: BinaryIO) -> None:

@@ -7,12 +7,16 @@ differs between backends shows up here rather than in a job on a real bucket.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from kinetic_core.errors import StorageError
 from kinetic_core.storage import Storage
 from kinetic_core.storage.local import LocalStorage
+from tests.core.readonly import read_only
 from tests.racing import race
 
 
@@ -113,3 +117,46 @@ def test_list_names_exists_delete(storage: Storage) -> None:
     storage.delete_prefix("jobs/b")
     storage.delete_prefix("batches")
     assert storage.list_names("batches") == []
+
+
+@contextmanager
+def refusing_writes(storage: Storage, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Storage that refuses changes: a read-only mount for file://; for gs://, the
+    emulator answers 403 (what a reader-only identity gets) to requests on its objects."""
+    if isinstance(storage, LocalStorage):
+        with read_only(storage.root):
+            yield
+        return
+    emulator = request.getfixturevalue("gcs_emulator")
+    prefix = storage.location("").removeprefix(f"gs://{emulator.bucket}/").strip("/")
+    emulator.fail_next(10_000, 403, match=prefix)  # unique per test: in paths and upload bodies
+    try:
+        yield
+    finally:
+        emulator.fail_next(0)
+
+
+def test_read_only_storage_raises_storage_error_and_keeps_absent_signals(
+    storage: Storage, request: pytest.FixtureRequest
+) -> None:
+    """Deleting (and writing) where storage refuses changes is a StorageError, never a bare
+    OSError; "absent" and "exists already" stay FileNotFoundError and FileExistsError."""
+    storage.write_bytes("jobs/x/result.pkl", b"value")
+    storage.write_bytes("jobs/x/handle.json", b"h")
+    with refusing_writes(storage, request):
+        with pytest.raises(StorageError):
+            storage.delete("jobs/x/result.pkl")
+        with pytest.raises(StorageError):
+            storage.delete_prefix("jobs/x")
+        with pytest.raises(StorageError):
+            storage.write_bytes("jobs/x/started.json", b"{}")
+        if isinstance(storage, LocalStorage):  # reads still work on a read-only mount
+            with pytest.raises(FileExistsError):
+                storage.write_bytes("jobs/x/handle.json", b"h2", create_only=True)
+            with pytest.raises(FileNotFoundError):
+                storage.read_bytes("jobs/x/absent")
+            assert storage.read_bytes("jobs/x/result.pkl") == b"value"
+            assert storage.list_names("jobs/x") == ["handle.json", "result.pkl"]
+            storage.delete("jobs/x/absent")  # absent is fine, read-only or not
+            storage.delete_prefix("jobs/none")
+    assert storage.read_bytes("jobs/x/result.pkl") == b"value"  # nothing was deleted
