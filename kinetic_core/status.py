@@ -14,6 +14,7 @@ bulk: one ``poll`` per backend scope for all jobs passed in.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -52,7 +53,10 @@ class JobRef(Protocol):
 
 
 def backend_for(ref: JobRef) -> Backend:
-    return get_backend(Target.from_stored(ref.target))
+    """The backend of ``ref``'s job, with the signing key the handle was given (a stored
+    target carries none; without one, the key in force in this process's environment)."""
+    target = Target.from_stored(ref.target)
+    return get_backend(dataclasses.replace(target, signing_key=getattr(ref, "signing_key", None)))
 
 
 def resolve_states(refs: list[Any], *, enforce: bool = True) -> list[JobState]:

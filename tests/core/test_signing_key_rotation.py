@@ -121,3 +121,30 @@ def test_an_observer_verifies_a_job_launched_elsewhere_with_the_key_in_force(
     )
     monkeypatch.setenv("KINETIC_SIGNING_KEY", "key-a")
     assert phase()[0] == "exited"
+
+
+def test_a_handle_given_the_job_key_observes_it_whatever_the_env_holds(
+    storage_uri: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A job launched by another process under key a, observed here through a handle
+    given key a while this process's environment holds key b: it reads RUNNING and its
+    value is collected (before: the backend verified its launch record with key b, so the
+    running job read FAILED/Lost)."""
+    go, ready = tmp_path / "go", tmp_path / "ready"
+    env = {**os.environ, "KINETIC_SIGNING_KEY": "key-a", "KINETIC_STORAGE": storage_uri}
+    code = (
+        "import kinetic_core as kc; from tests.core import jobfns; "
+        f"job = kc.submit(jobfns.wait_for_file, ({str(go)!r}, 'done', {str(ready)!r})); "
+        "print(job.to_json())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    monkeypatch.setenv("KINETIC_SIGNING_KEY", "key-b")
+    job = kc.JobHandle.from_json(out.stdout.strip().splitlines()[-1], signing_key="key-a")
+    for _ in poll_ticks(interval=0.05, timeout=60, describe=lambda: "the job to start"):
+        if ready.exists():
+            break
+    assert job.state().status is kc.JobStatus.RUNNING
+    go.touch()
+    assert job.result(timeout=60) == "done"
