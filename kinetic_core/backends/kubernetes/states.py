@@ -119,9 +119,13 @@ def kinetic_container_status(pod_status: dict[str, Any]) -> dict[str, Any]:
 
 
 def alive(pod: dict[str, Any]) -> bool:
-    """The pod's process may still run: it has not reported Succeeded or Failed. A pod
-    being deleted is alive until its grace period ends (its process may be checkpointing)."""
-    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+    """The job's process in the pod may still run: the pod has not reported Succeeded or
+    Failed, nor its kinetic container terminated (a sidecar may run on). A pod being
+    deleted is alive until its grace period ends (its process may be checkpointing)."""
+    status = pod.get("status", {})
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    return not kinetic_container_status(status).get("state", {}).get("terminated")
 
 
 def refused(pod: dict[str, Any]) -> bool:
