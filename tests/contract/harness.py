@@ -28,6 +28,9 @@ from kinetic_core.polling import poll_ticks
 from kinetic_core.submission import prepare
 
 FNS = "tests.contract.contract_fns"  # shipped by value: pods cannot import tests/
+# Jobs are signed, as in production: a launch then carries a secret (a Kubernetes Secret,
+# the local supervisor's signed launch record) that delete must remove too.
+SIGNING_KEY = "contract-signing-key"
 ENDED = ("exited", "gone", "not_found")
 
 

@@ -22,7 +22,7 @@ from kubernetes import client, config
 import kinetic_core as kc
 from kinetic_core.backends import LaunchSpec
 from kinetic_core.backends.kubernetes import job_name
-from tests.contract.harness import FNS, Fault, Harness, monkeypatch_env, until
+from tests.contract.harness import FNS, SIGNING_KEY, Fault, Harness, monkeypatch_env, until
 from tests.contract.tcp_proxy import TcpProxy
 from tests.kubernetes.cluster.cluster import CONTEXT, TestCluster
 
@@ -71,6 +71,7 @@ class KubernetesHarness(Harness):
             kubeconfig=str(kubeconfig),
             namespace=NAMESPACE,
             storage=storage,
+            signing_key=SIGNING_KEY,
             pickle_by_value=[FNS],
             poll_interval=0.5,
         )

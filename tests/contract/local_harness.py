@@ -30,7 +30,7 @@ from kinetic_core.backends.local.launch_record import LAUNCH, LOG
 from kinetic_core.procs import process_alive, start_ticks, stdout_of
 from tests.cleanup import kill_leftovers
 from tests.contract import contract_fns
-from tests.contract.harness import FNS, Fault, Harness, monkeypatch_env, until
+from tests.contract.harness import FNS, SIGNING_KEY, Fault, Harness, monkeypatch_env, until
 
 ROOT = Path(__file__).resolve().parents[2]
 # A submitter that launches the job, then dies before anyone hears back from it.
@@ -55,7 +55,13 @@ class LocalHarness(Harness):
         mp.setenv("KINETIC_ZYGOTE_SOCKET", str(self.zygote_dir / "zygote.sock"))
         mp.setenv("KINETIC_LOCAL_ZYGOTE", "1")
         self._groups: dict[str, set[int]] = {}  # job id -> process groups seen
-        return kc.Target(backend="local", storage=storage, pickle_by_value=[FNS], poll_interval=0.5)
+        return kc.Target(
+            backend="local",
+            storage=storage,
+            signing_key=SIGNING_KEY,
+            pickle_by_value=[FNS],
+            poll_interval=0.5,
+        )
 
     @property
     def local(self) -> LocalBackend:
