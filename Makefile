@@ -58,8 +58,10 @@ docs: env
 test-core: env
 	.venv/bin/pytest tests/core tests/fault $(PYTEST_FLAGS)
 
+## the backend contract runs in its own session: it starts its own cluster (as the examples do)
 test-kubernetes: env k8s-binaries
 	.venv/bin/pytest tests/kubernetes $(PYTEST_FLAGS)
+	.venv/bin/pytest tests/contract $(PYTEST_FLAGS)
 
 ## the whole Airflow suite on the newest (locked) and the oldest supported minor
 test-airflow: env-airflow env-airflow-oldest k8s-binaries

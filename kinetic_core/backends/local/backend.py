@@ -86,6 +86,34 @@ def _ending(launch: dict[str, Any]) -> bool:
     return process_alive(launch["pid"], launch.get("start_ticks"))
 
 
+def _stop_orphans(launch: dict[str, Any], log_path: Path) -> None:
+    """Stop what is left of a job whose supervisor died (SIGKILLed, say): the processes of
+    its group. Nobody else will escalate, so: SIGTERM, the kill grace, then SIGKILL; a
+    cancel returns once none of them is left. Signalled only when a member writes to the
+    job's log: a record alone (forged, or naming a reused pid) proves nothing."""
+    if launch.get("host") != socket.gethostname():
+        return
+    group = launch["pid"], launch.get("start_ticks")
+    members = group_members(group[0], leader_ticks=group[1])
+    log = os.path.realpath(log_path)
+    if not any(stdout_of(pid) in (log, f"{log} (deleted)") for pid in members):
+        return
+    _signal_all(members, signal.SIGTERM)
+    deadline = time.monotonic() + float(os.environ.get("KINETIC_KILL_GRACE", "5"))
+    for pid in members:
+        wait_exit(pid, max(0.0, deadline - time.monotonic()))
+    left = group_members(group[0], leader_ticks=group[1])
+    _signal_all(left, signal.SIGKILL)
+    for pid in left:
+        wait_exit(pid, CANCEL_WAIT)
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 def _read_chunk(fh: Any, offset: int) -> bytes:
     fh.seek(offset)
     data = fh.read(LOG_CHUNK)
@@ -432,6 +460,7 @@ class LocalBackend:
         if launch is None or self._exit_record(job_id) is not None:
             return  # not claimed yet: the runner checks the stop marker before it starts
         if not _owns(launch, self._dir(job_id) / launch_record.LOG):
+            _stop_orphans(launch, self._dir(job_id) / launch_record.LOG)
             return
         try:  # the supervisor forwards SIGTERM, escalates to SIGKILL and records the exit
             os.killpg(launch["pid"], signal.SIGTERM)

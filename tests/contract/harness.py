@@ -1,0 +1,180 @@
+"""What the backend contract needs from one backend: a ``Harness``.
+
+The contract cases (test_backend_contract.py) know nothing of any backend: they launch
+jobs through ``harness.backend`` (the real ``Backend`` object) and ask the harness what
+only it can tell or do: which executions of a job are alive (processes, pods), which
+top-level objects exist (a supervisor, a Job), which records are left, and how to inject
+this backend's real faults (orphan a job's processes, a transient launch error, a launch
+whose answer is lost). A new backend (the multi-host JobSet variant) passes the same
+suite by adding one harness to ``harnesses.HARNESSES``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kinetic_core as kc
+from kinetic_core.backends import Backend, BackendState, LaunchSpec, get_backend
+from kinetic_core.ids import new_id
+from kinetic_core.launching import launch_spec
+from kinetic_core.polling import poll_ticks
+from kinetic_core.submission import prepare
+
+FNS = "tests.contract.contract_fns"  # shipped by value: pods cannot import tests/
+# Jobs are signed, as in production: a launch then carries a secret (a Kubernetes Secret,
+# the local supervisor's signed launch record) that delete must remove too.
+SIGNING_KEY = "contract-signing-key"
+ENDED = ("exited", "gone", "not_found")
+
+
+def until(what: str | Callable[[], str], check: Callable[[], Any], timeout: float = 90) -> Any:
+    """Poll ``check`` until it returns something truthy; WaitTimeout names ``what`` (a
+    callable is asked at the timeout, so it can say what was left then)."""
+    describe = what if callable(what) else lambda: what
+    for _ in poll_ticks(interval=0.3, timeout=timeout, describe=describe):
+        value = check()
+        if value:
+            return value
+    return None
+
+
+@dataclass
+class Fault:
+    """A fault a harness injected: ``injected`` counts how often it really struck, so a
+    case proves its fault happened instead of passing because nothing was injected."""
+
+    what: str
+    injected: int = 0
+
+
+@dataclass
+class Held:
+    """A ``contract_fns.hold`` job's files: one line per run; the release file ends it."""
+
+    runs: Path
+    release: Path
+
+    def args(self) -> tuple[str, str]:
+        return str(self.runs), str(self.release)
+
+    def count(self) -> int:
+        return len(self.runs.read_text().splitlines()) if self.runs.exists() else 0
+
+    def wait_started(self) -> None:
+        until(f"the held job to start ({self.runs})", self.count)
+
+    def let_go(self) -> None:
+        self.release.touch()
+
+
+class Harness(ABC):
+    """One backend under the contract, with its fault injection and process counting."""
+
+    name: str
+    #: Can this backend meet a transient fault that outlasts its retry policy at launch?
+    has_lasting_fault: bool = False
+
+    def __init__(
+        self, request: pytest.FixtureRequest, tmp: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        self.tmp = tmp
+        self.job_ids: list[str] = []
+        self.helds: list[Held] = []
+        self.target = self.setup(request, monkeypatch).resolve()
+        self.backend: Backend = get_backend(self.target)
+
+    @abstractmethod
+    def setup(self, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> kc.Target:
+        """Prepare this backend's environment (fixtures, variables); the target its jobs
+        go to, with its storage under ``self.tmp``."""
+
+    # ---- jobs ---------------------------------------------------------------------------
+    def spec(self, fn: Callable[..., Any], *args: Any) -> LaunchSpec:
+        """Stage ``fn(*args)`` as a new job (its call envelope in storage) and return the
+        LaunchSpec the core would hand the backend; nothing is launched yet."""
+        plan = prepare(fn, args, target=self.target)
+        job_id = new_id("contract")
+        plan.stage(job_id)
+        self.job_ids.append(job_id)
+        return launch_spec(job_id, self.target.storage or "", plan.target, plan.tags)
+
+    def held(self) -> Held:
+        n = len(self.helds)
+        held = Held(self.tmp / f"runs-{n}.txt", self.tmp / f"release-{n}")
+        self.helds.append(held)
+        return held
+
+    def state(self, job_id: str) -> BackendState:
+        return self.backend.poll([job_id])[job_id]
+
+    def wait_ended(self, job_id: str, timeout: float = 120) -> BackendState:
+        """Until poll says the job ended and none of its executions is alive."""
+        states: list[BackendState] = []
+
+        def ended() -> bool:
+            states[:] = [self.state(job_id)]
+            return states[0].phase in ENDED and not self.executions(job_id)
+
+        until(
+            lambda: (
+                f"job {job_id} to end (last poll: {states[-1] if states else None}, "
+                f"alive: {self.executions(job_id)})"
+            ),
+            ended,
+            timeout,
+        )
+        return states[0]
+
+    # ---- what only the harness can see --------------------------------------------------
+    @abstractmethod
+    def executions(self, job_id: str) -> list[str]:
+        """The job's separate executions alive now (a process group, a pod): one launch
+        is one execution."""
+
+    @abstractmethod
+    def tops(self, job_id: str) -> list[str]:
+        """The job's top-level objects that exist now (a live supervisor, a Job)."""
+
+    @abstractmethod
+    def records(self, job_id: str) -> list[str]:
+        """Every backend record of the job still there (files, Jobs, Secrets, pods)."""
+
+    # ---- faults -------------------------------------------------------------------------
+    @abstractmethod
+    def orphan(self, job_id: str) -> None:
+        """Remove the job's top-level object the way an outsider can, leaving its
+        processes or pods running; returns once the top-level object is gone."""
+
+    @abstractmethod
+    def transient_launch_fault(self) -> contextlib.AbstractContextManager[Fault]:
+        """A real transient fault that strikes the next launch, then passes."""
+
+    def lasting_launch_fault(self) -> contextlib.AbstractContextManager[Fault]:
+        """A transient fault that lasts past the retry policy (``has_lasting_fault``)."""
+        raise NotImplementedError(f"the {self.name} harness has no lasting launch fault")
+
+    @abstractmethod
+    def lost_answer(self, spec: LaunchSpec) -> contextlib.AbstractContextManager[Fault]:
+        """Inside the block, ``spec`` is (or gets) launched but the launcher never learns
+        it: the answer is lost after the backend took the launch."""
+
+    # ---- teardown -----------------------------------------------------------------------
+    def cleanup(self) -> None:
+        """Release held jobs, then remove whatever the jobs left, by means independent of
+        the backend under test (it may be the thing that is broken)."""
+        for held in self.helds:
+            held.let_go()
+
+
+def monkeypatch_env(monkeypatch: pytest.MonkeyPatch, storage: str) -> None:
+    """The process-wide settings every harness starts from."""
+    monkeypatch.setenv("KINETIC_STORAGE", storage)
+    monkeypatch.delenv("KINETIC_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("KINETIC_BACKEND", raising=False)
