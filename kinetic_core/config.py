@@ -15,31 +15,15 @@ from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from kinetic_core import registry
+from kinetic_core.backends.kubernetes.credentials import kubeconfig_reference, remember_kubeconfig
 from kinetic_core.envvars import env_spec
 from kinetic_core.errors import ConfigError
-from kinetic_core.kube_credentials import kubeconfig_reference, remember_kubeconfig
-from kinetic_core.pod_options import check_pod_options
 
 # Derived from the registry: a backend or scheme registered there is valid here.
 BACKENDS = tuple(registry.BACKENDS)
 STORAGE_SCHEMES = tuple(f"{scheme}://" for scheme in registry.STORAGE)
 SECRET_FIELDS = frozenset({"signing_key"})
 DEFAULT_STORAGE = "file://~/.kinetic"
-#: Target fields checked by ``pod_options.check_pod_options``.
-POD_OPTIONS = (
-    "secret_env",
-    "env_from",
-    "volumes",
-    "image_pull_policy",
-    "image_pull_secrets",
-    "priority_class",
-    "affinity",
-    "security_context",
-    "termination_grace_period",
-    "ttl_after_finished",
-    "active_deadline",
-    "pod_template",
-)
 
 
 @dataclass(frozen=True)
@@ -48,7 +32,7 @@ class Target:
 
     backend: str | None = None
     storage: str | None = None
-    # Kubernetes / GKE options (ignored by the local backend).
+    # Kubernetes / GKE options (owned and checked by backends/kubernetes/kind.py).
     namespace: str | None = None
     image: str | None = None
     accelerator: str | None = None
@@ -65,7 +49,7 @@ class Target:
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     project: str | None = None
-    # Pod options (Kubernetes; checked in pod_options.py, turned into the pod in manifest.py).
+    # Pod options (backends/kubernetes/: checked in pod_options.py, made a pod in pod_spec.py).
     secret_env: dict[str, str] | None = None  # {"NAME": "secret-name/key"}
     env_from: list[dict[str, Any]] | None = None  # [{"secret": name} | {"config_map": name}]
     volumes: dict[str, dict[str, Any]] | None = None  # {"/mount/path": {"pvc": "claim"}}
@@ -141,7 +125,7 @@ class Target:
 
     def to_dict(self, *, include_secrets: bool = False) -> dict[str, Any]:
         """The fields that are set; without ``include_secrets`` the signing key is left out
-        and kubeconfig content becomes its reference (see ``kube_credentials``)."""
+        and kubeconfig content becomes its reference (see ``backends/kubernetes/credentials``)."""
         data = {
             f.name: getattr(self, f.name)
             for f in fields(self)
@@ -168,7 +152,7 @@ class Target:
             if value is None and env.get(var, "") != "":
                 value = _parse_env(var, env[var], hints[f.name])
             values[f.name] = value
-        values["backend"] = values["backend"] or "local"
+        values["backend"] = values["backend"] or registry.DEFAULT_BACKEND
         values["storage"] = normalize_storage_uri(values["storage"] or DEFAULT_STORAGE)
         resolved = Target(**values)
         resolved.validate()
@@ -183,18 +167,19 @@ class Target:
         for name in ("life_span", "schedule_timeout", "poll_interval"):
             if getattr(self, name) is not None:
                 positive_seconds(getattr(self, name), name)
-        if self.kubeconfig is not None and (
-            not isinstance(self.kubeconfig, str) or not self.kubeconfig.strip()
-        ):
-            raise ConfigError(
-                "kubeconfig is empty: give the path of a kubeconfig file or its content (YAML), "
-                "or leave it unset ($KUBECONFIG, ~/.kube/config)."
-            )
         env_spec(self.env)
-        check_pod_options(**{name: getattr(self, name) for name in POD_OPTIONS})
+        self._check_backend_options()
         if self.tags is not None:
             validate_tags(self.tags)
         validate_recovery(self.max_recoveries, self.recover_on_exit_codes)
+
+    def _check_backend_options(self) -> None:
+        """Each backend's options are checked by its kind, whatever backend this target
+        names: a bad pod option is refused before anything is written, even on ``local``."""
+        kinds = {id(k): k for k in map(registry.backend_kind, registry.BACKENDS)}.values()
+        for kind in kinds:
+            if any(getattr(self, name) is not None for name in kind.options):
+                kind.check_options(self)
 
 
 def validate_recovery(max_recoveries: Any, exit_codes: Any) -> None:

@@ -23,11 +23,14 @@ import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kinetic_core import layout
+from kinetic_core import layout, registry
 from kinetic_core.errors import ConfigError, SubmissionError
 from kinetic_core.parallel import CORES, WORKERS, parallel
+
+if TYPE_CHECKING:
+    from kinetic_core.backends import BackendKind
 
 __all__ = [
     "Data",
@@ -310,10 +313,11 @@ def check_volumes(volumes: Any, backend: str) -> dict[str, Data]:
         return {}
     if not isinstance(volumes, dict):
         raise ConfigError(f"volumes must be a dict {{'/abs/path': Data(...)}}, got {volumes!r}.")
-    if backend == "local":
+    kind: BackendKind = registry.backend_kind(backend)
+    if not kind.supports_volumes:
         raise ConfigError(
-            "The local backend cannot honour a mount path (volumes=...): its jobs share this "
-            "machine's filesystem. Pass the Data as an argument instead; it arrives as a path."
+            f"The {backend} backend cannot honour a mount path (volumes=...): its jobs see "
+            "no mounts. Pass the Data as an argument instead; it arrives as a path."
         )
     normalized: dict[str, Data] = {}
     for path, data in volumes.items():

@@ -15,8 +15,8 @@ import socket
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from kinetic_core import layout, recovery, signing
-from kinetic_core.backends import Backend, running
+from kinetic_core import layout, recovery, registry, signing
+from kinetic_core.backends import Backend, BackendKind, running
 from kinetic_core.config import Target
 from kinetic_core.data import Data
 from kinetic_core.errors import (
@@ -141,12 +141,10 @@ class JobHandle:
     @property
     def kubernetes_job_name(self) -> str | None:
         """The Kubernetes Job (and its pods' ``job-name`` label) this job runs as on the
-        ``kubernetes`` and ``gke`` backends; None on other backends."""
-        if self.target.get("backend") not in ("kubernetes", "gke"):
-            return None
-        from kinetic_core.backends.kubernetes.manifest import job_name
-
-        return job_name(self.job_id)
+        ``kubernetes`` and ``gke`` backends; None on other backends (the backend's kind
+        names the object, if it has one)."""
+        kind: BackendKind = registry.backend_kind(self.target.get("backend"))
+        return kind.job_object_name(self.job_id)
 
     @property
     def result_uri(self) -> str:

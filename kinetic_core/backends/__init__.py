@@ -2,7 +2,8 @@
 
 A backend addresses jobs by job id (names derive from it deterministically), so a
 handle read from storage is all any process needs to observe or cancel a job. Each
-backend is a package below this one, listed by name in ``kinetic_core.registry``; a
+backend is a package below this one exposing its ``BackendKind`` (what differs between
+backends, asked without a connection), listed by name in ``kinetic_core.registry``; a
 failure to reach the backend's service surfaces as ``BackendError``, never as a foreign
 library's exception.
 """
@@ -10,8 +11,9 @@ library's exception.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from kinetic_core import registry
 
@@ -97,39 +99,48 @@ class Backend(Protocol):
         may have changed (the caller polls next either way)."""
 
 
-#: What a backend is cached on unless its class declares ``cache_key`` (see ``cache_key``).
-DEFAULT_CACHE_FIELDS = (
-    "backend",
-    "storage",
-    "local_dir",
-    "kube_context",
-    "kubeconfig",
-    "in_cluster",
-    "namespace",
-    "project",
-    "signing_key",
-)
+@runtime_checkable
+class BackendKind(Protocol):
+    """What the core asks of a backend without a connection or a foreign library: one per
+    backend package (its ``KIND``), registered by name in ``kinetic_core.registry``. The
+    core never compares backend names; it asks the kind."""
+
+    @property
+    def options(self) -> frozenset[str]:
+        """The ``Target`` fields this backend owns (checked by ``check_options``)."""
+
+    @property
+    def supports_volumes(self) -> bool:
+        """Whether a job can see ``Data`` at a mount path (``volumes=``)."""
+
+    def create(self, target: Target) -> Backend:
+        """The backend for a resolved target; a missing extra is a ConfigError naming it."""
+
+    def cache_key(self, target: Target) -> tuple[object, ...]:
+        """What makes two backends of this kind differ. Called at every ``get_backend``, so
+        it may key on what the environment holds at that moment."""
+
+    def check_options(self, target: Target) -> None:
+        """ConfigError naming the option when one of ``options`` that is set is malformed."""
+
+    def job_object_name(self, job_id: str) -> str | None:
+        """The name of the object the job runs as in the backend's API, if it has one."""
+
+    def links(self, job_id: str, target: Mapping[str, Any]) -> dict[str, str]:
+        """``{kind: url}`` of the job's pages in the backend's consoles (see ``links.py``)."""
+
+    def driver_overlay(self, target: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        """Target fields a batch driver running where ``env`` says overrides (credentials)."""
+
 
 _backends: dict[tuple[object, ...], Backend] = {}
 _lock = threading.Lock()
 
 
 def cache_key(target: Target) -> tuple[object, ...]:
-    """What ``get_backend`` caches the backend of ``target`` under.
-
-    What makes two backend instances differ is the backend's to say: a backend class
-    may declare ``cache_key(target) -> tuple`` (a classmethod or staticmethod of the class
-    behind the registry's factory; nothing is instantiated to find it). It is called at
-    every ``get_backend``, so it can key on what the environment holds at that moment (the
-    local backend keys on the signing key in force). The key starts with the registry's
-    entry, so names registered to one factory (``gke``, ``kubernetes``) share instances
-    exactly when their declared keys are equal. Default: ``DEFAULT_CACHE_FIELDS``.
-    """
-    name = str(target.backend)
-    factory = registry.backend_factory(name)
-    declared = getattr(getattr(factory, "__self__", factory), "cache_key", None)
-    fields = declared(target) if declared else (getattr(target, f) for f in DEFAULT_CACHE_FIELDS)
-    return (registry.BACKENDS[name], *fields)
+    """What ``get_backend`` caches the backend of ``target`` under: its name and what its
+    kind says makes two instances differ."""
+    return (str(target.backend), *registry.backend_kind(target.backend).cache_key(target))
 
 
 def get_backend(target: Target) -> Backend:
@@ -137,5 +148,5 @@ def get_backend(target: Target) -> Backend:
     key = cache_key(target)
     with _lock:
         if key not in _backends:
-            _backends[key] = registry.backend_factory(str(target.backend))(target)
+            _backends[key] = registry.backend_kind(target.backend).create(target)
         return _backends[key]

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kinetic_core import layout
+from kinetic_core import layout, registry
+from kinetic_core.backends import BackendKind
 from kinetic_core.batch.records import BatchRecords, Ticket, child_job_id, read_manifest
 from kinetic_core.config import Target
 from kinetic_core.errors import KineticError
@@ -242,11 +243,11 @@ def driver_jobs(records: BatchRecords) -> list[JobHandle]:
 
 
 def pod_credentials(target: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    """In a Kubernetes pod, the driver reaches the API with the pod's service account
-    (the submitter's kubeconfig is not there); elsewhere, as the batch's target says."""
-    if target.get("backend") == "kubernetes" and env.get("KUBERNETES_SERVICE_HOST"):
-        return {"in_cluster": True}
-    return {}
+    """What the driver, running where ``env`` says, overrides in the batch's target: the
+    backend's kind says (in a Kubernetes pod, on ``kubernetes`` and ``gke`` alike, the
+    pod's service account: the submitter's kubeconfig is not there)."""
+    kind: BackendKind = registry.backend_kind(target.get("backend"))
+    return kind.driver_overlay(target, env)
 
 
 def driver_target(target: dict[str, Any], signing_key: str | None) -> Target:

@@ -1,9 +1,12 @@
-"""``get_backend`` caches each backend under the key its class declares (``cache_key``)."""
+"""``get_backend`` caches each backend under the key its kind declares (``cache_key``),
+asked at every call: what the environment holds now counts (a rotated signing key)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,31 +16,41 @@ from kinetic_core.backends import get_backend
 
 
 class KeyedBackend:
-    """Declares its own cache key: its storage and what ``KEYED_TOKEN`` holds now."""
-
     def __init__(self, target: kc.Target) -> None:
         self.target = target
 
-    @classmethod
-    def from_target(cls, target: kc.Target) -> KeyedBackend:
-        return cls(target)
 
-    @staticmethod
-    def cache_key(target: kc.Target) -> tuple[object, ...]:
+class KeyedKind:
+    """Keys on its storage and what ``KEYED_TOKEN`` holds now; owns no option."""
+
+    options: frozenset[str] = frozenset()
+    supports_volumes = False
+
+    def create(self, target: kc.Target) -> KeyedBackend:
+        return KeyedBackend(target)
+
+    def cache_key(self, target: kc.Target) -> tuple[object, ...]:
         return (target.storage, os.environ.get("KEYED_TOKEN"))
 
+    def check_options(self, target: kc.Target) -> None:
+        pass
 
-class PlainBackend(KeyedBackend):
-    """Declares nothing: cached on the default fields."""
+    def job_object_name(self, job_id: str) -> str | None:
+        return None
 
-    cache_key = None  # type: ignore[assignment]
+    def links(self, job_id: str, target: Mapping[str, Any]) -> dict[str, str]:
+        return {}
+
+    def driver_overlay(self, target: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        return {}
+
+
+KIND = KeyedKind()
 
 
 @pytest.fixture
 def registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(registry.BACKENDS, "keyed", f"{__name__}:KeyedBackend.from_target")
-    monkeypatch.setitem(registry.BACKENDS, "keyed-too", f"{__name__}:KeyedBackend.from_target")
-    monkeypatch.setitem(registry.BACKENDS, "plain", f"{__name__}:PlainBackend.from_target")
+    monkeypatch.setitem(registry.BACKENDS, "keyed", f"{__name__}:KIND")
     monkeypatch.delenv("KEYED_TOKEN", raising=False)
 
 
@@ -46,19 +59,12 @@ def test_a_declared_cache_key_decides_what_shares_an_instance(
 ) -> None:
     here, there = f"file://{tmp_path}/a", f"file://{tmp_path}/b"
     first = get_backend(kc.Target(backend="keyed", storage=here, namespace="one"))
-    # Not in its key: another namespace, or another name registered to the same factory.
+    assert isinstance(first, KeyedBackend)
+    # Not in its key: another namespace.
     assert get_backend(kc.Target(backend="keyed", storage=here, namespace="two")) is first
-    assert get_backend(kc.Target(backend="keyed-too", storage=here)) is first
     assert get_backend(kc.Target(backend="keyed", storage=there)) is not first
     # Asked at every call: what the environment holds now counts.
     monkeypatch.setenv("KEYED_TOKEN", "rotated")
     rotated = get_backend(kc.Target(backend="keyed", storage=here))
     assert rotated is not first
     assert get_backend(kc.Target(backend="keyed", storage=here)) is rotated
-
-
-def test_without_a_declared_key_the_default_fields_count(registered: None, tmp_path: Path) -> None:
-    here = f"file://{tmp_path}/a"
-    first = get_backend(kc.Target(backend="plain", storage=here, namespace="one"))
-    assert get_backend(kc.Target(backend="plain", storage=here, namespace="one")) is first
-    assert get_backend(kc.Target(backend="plain", storage=here, namespace="two")) is not first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -11,29 +12,71 @@ import pytest
 
 import kinetic_core as kc
 from kinetic_core import config, registry
-from kinetic_core.backends import Backend, get_backend
+from kinetic_core.backends import Backend, BackendKind, get_backend
 from kinetic_core.storage import open_storage
 
 
 class FakeBackend:
-    """Stands for a backend added with one registry line."""
+    """Stands for a backend added with one package and one registry line."""
 
     def __init__(self, target: kc.Target) -> None:
         self.target = target
 
-    @classmethod
-    def from_target(cls, target: kc.Target) -> FakeBackend:
-        return cls(target)
+
+class FakeKind:
+    """The fake backend's kind: all the core asks of a backend without a connection."""
+
+    options = frozenset({"local_dir"})
+    supports_volumes = False
+
+    def create(self, target: kc.Target) -> FakeBackend:
+        return FakeBackend(target)
+
+    def cache_key(self, target: kc.Target) -> tuple[object, ...]:
+        return (target.storage,)
+
+    def check_options(self, target: kc.Target) -> None:
+        pass
+
+    def job_object_name(self, job_id: str) -> str | None:
+        return None
+
+    def links(self, job_id: str, target: Any) -> dict[str, str]:
+        return {}
+
+    def driver_overlay(self, target: Any, env: Any) -> dict[str, Any]:
+        return {}
+
+
+KIND = FakeKind()
 
 
 def test_importing_the_registry_imports_no_backend_and_no_client_library() -> None:
+    """Resolving a target asks every backend's kind to check its options: the kinds and
+    what they check with load, no backend module and no client library."""
     code = (
-        "import sys, kinetic_core.registry, kinetic_core.config; "
+        "import sys, kinetic_core.registry, kinetic_core.config as c; "
+        "c.Target(kubeconfig='a: 1\\n', volumes={'/d': {'pvc': 'c'}}).resolve(environ={}); "
         "print(sorted(m for m in sys.modules if m.startswith(('google', 'kubernetes', "
-        "'kinetic_core.backends', 'kinetic_core.storage'))))"
+        "'urllib3', 'kinetic_core.backends', 'kinetic_core.storage'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    loaded = set(ast.literal_eval(out.stdout))
+    kinds_and_checks = {
+        "kinetic_core.backends",
+        "kinetic_core.backends.local",
+        "kinetic_core.backends.local.kind",
+        "kinetic_core.backends.kubernetes",
+        "kinetic_core.backends.kubernetes.accelerators",
+        "kinetic_core.backends.kubernetes.console",
+        "kinetic_core.backends.kubernetes.credentials",
+        "kinetic_core.backends.kubernetes.kind",
+        "kinetic_core.backends.kubernetes.manifest",
+        "kinetic_core.backends.kubernetes.pod_options",
+        "kinetic_core.backends.kubernetes.pod_spec",
+    }
+    assert "kinetic_core.backends.kubernetes.kind" in loaded
+    assert loaded <= kinds_and_checks, loaded - kinds_and_checks
 
 
 def test_config_validation_lists_come_from_the_registry() -> None:
@@ -58,10 +101,12 @@ def test_unknown_names_are_config_errors_listing_the_valid_ones(tmp_path: Path) 
 def test_a_registry_line_is_all_a_new_backend_needs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setitem(registry.BACKENDS, "fake", f"{__name__}:FakeBackend.from_target")
-    target = kc.Target(backend="fake", storage=f"file://{tmp_path}")
+    monkeypatch.setitem(registry.BACKENDS, "fake", f"{__name__}:KIND")
+    target = kc.Target(backend="fake", storage=f"file://{tmp_path}").resolve(environ={})
     backend: Any = get_backend(target)
     assert isinstance(backend, FakeBackend) and backend.target is target
+    assert isinstance(registry.backend_kind("fake"), BackendKind)
+    assert get_backend(target) is backend  # cached under the kind's key
 
 
 def test_missing_gcs_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,7 +142,7 @@ def test_an_import_error_inside_kinetic_is_not_blamed_on_an_extra(
 def test_every_registered_backend_implements_the_protocol(name: str, tmp_path: Path) -> None:
     """Including ``sleep_until_change``; ``discover`` is gone from the protocol."""
     target = kc.Target(backend=name, storage=f"file://{tmp_path}").resolve(environ={})
-    backend = registry.backend_factory(name)(target)  # builds no API client yet
+    backend = registry.backend_kind(name).create(target)  # builds no API client yet
     assert isinstance(backend, Backend)
     assert callable(backend.sleep_until_change)
     assert not hasattr(backend, "discover")

@@ -1,4 +1,6 @@
-"""The kubernetes / gke backend: one ``batch/v1`` Job per kinetic job (see ``backend.py``).
+"""The kubernetes / gke backend: one ``batch/v1`` Job per kinetic job (see ``backend.py``);
+``KIND`` (``kind.py``) is what the core asks of it without a connection: its Target options,
+their checks, the Job's name, console links, a driver pod's credentials.
 
 Names load lazily, so ``job_state`` or the accelerator catalogue can be used without
 importing the Kubernetes client library (which costs seconds).
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING
 
 _PACKAGE = "kinetic_core.backends.kubernetes"
 _EXPORTS = {
+    "KIND": "kind",
     "KubernetesBackend": "backend",
     "LOG_CHUNK_LINES": "backend",
     "KubeApiError": "client",
@@ -28,6 +31,7 @@ __all__ = [
     "ACCELERATORS",
     "DEFAULT_IMAGE",
     "DEFAULT_NAMESPACE",
+    "KIND",
     "LOG_CHUNK_LINES",
     "USER_AGENT",
     "KubeApiError",
@@ -56,5 +60,6 @@ if TYPE_CHECKING:
         KubeApiError,
         KubeClient,
     )
+    from kinetic_core.backends.kubernetes.kind import KIND
     from kinetic_core.backends.kubernetes.manifest import DEFAULT_IMAGE, job_manifest, job_name
     from kinetic_core.backends.kubernetes.states import job_state

@@ -29,9 +29,9 @@ if importlib.util.find_spec("kubernetes") is None:
 
 import urllib3
 
+from kinetic_core.backends.kubernetes.credentials import is_reference, kubeconfig_content
 from kinetic_core.config import Target
 from kinetic_core.errors import BackendError, ConfigError, KineticError
-from kinetic_core.kube_credentials import is_reference, kubeconfig_content
 from kinetic_core.retrying import transient_retry
 
 USER_AGENT = "kinetic-workflows/0.1.0"

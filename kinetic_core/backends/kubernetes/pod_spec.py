@@ -12,15 +12,15 @@ import os
 import re
 from typing import Any
 
-from kinetic_core.config import Target
-from kinetic_core.errors import ConfigError
-from kinetic_core.pod_options import (
+from kinetic_core.backends.kubernetes.pod_options import (
     Volume,
     check_env_from,
     check_secret_env,
     check_unique,
     check_volumes,
 )
+from kinetic_core.config import Target
+from kinetic_core.errors import ConfigError
 
 #: The container that runs the job; its exit, result and logs are the job's.
 KINETIC_CONTAINER = "runner"

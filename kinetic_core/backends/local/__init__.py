@@ -1,4 +1,5 @@
-"""The local backend: detached supervisor processes on this machine (see ``backend.py``).
+"""The local backend: detached supervisor processes on this machine (see ``backend.py``);
+``KIND`` (``kind.py``) is what the core asks of it without starting anything.
 
 Names load lazily: ``python -m kinetic_core.backends.local.supervisor`` starts every local
 job and must not pay for the backend module.
@@ -10,10 +11,11 @@ import importlib
 from typing import TYPE_CHECKING
 
 _EXPORTS = {
+    "KIND": "kinetic_core.backends.local.kind",
     "LocalBackend": "kinetic_core.backends.local.backend",
     "default_local_dir": "kinetic_core.backends.local.backend",
 }
-__all__ = ["LocalBackend", "default_local_dir"]
+__all__ = ["KIND", "LocalBackend", "default_local_dir"]
 
 
 def __getattr__(name: str) -> object:
@@ -25,3 +27,4 @@ def __getattr__(name: str) -> object:
 
 if TYPE_CHECKING:
     from kinetic_core.backends.local.backend import LocalBackend, default_local_dir
+    from kinetic_core.backends.local.kind import KIND

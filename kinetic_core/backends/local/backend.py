@@ -140,13 +140,6 @@ class LocalBackend:
             default_local_dir(target), target.storage, signing.key_in_force(target.signing_key)
         )
 
-    @staticmethod
-    def cache_key(target: Target) -> tuple[object, ...]:
-        """One instance per folder, storage and signing key IN FORCE (argument, else the
-        environment now): after ``KINETIC_SIGNING_KEY`` changes, new jobs and observers
-        get a backend holding the new key, not the one first read."""
-        return (default_local_dir(target), target.storage, signing.key_in_force(target.signing_key))
-
     @property
     def scope(self) -> str:
         return f"local:{self.local_dir}"

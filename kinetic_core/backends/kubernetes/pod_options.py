@@ -1,8 +1,8 @@
 """The pod options of a Target (secret env, env_from, volumes, scheduling knobs) as plain data.
 
-Checked here, before anything is written anywhere, so a typo is a ``ConfigError`` naming the
-option and what to write instead; ``backends/kubernetes/manifest.py`` turns the checked data
-into the pod spec. Everything here is JSON: a trigger or a block can carry it.
+Checked here (``Target.validate`` asks the backend kind, ``kind.py``), before anything is
+written anywhere, so a typo is a ``ConfigError`` naming the option and what to write
+instead, whatever the backend; ``pod_spec.py`` turns the checked data into the pod spec. Everything here is JSON: a trigger or a block can carry it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,21 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+#: Target fields checked by ``check_pod_options``.
+POD_OPTIONS = (
+    "secret_env",
+    "env_from",
+    "volumes",
+    "image_pull_policy",
+    "image_pull_secrets",
+    "priority_class",
+    "affinity",
+    "security_context",
+    "termination_grace_period",
+    "ttl_after_finished",
+    "active_deadline",
+    "pod_template",
+)
 #: ``volumes`` sources: the key in the Target -> what it names.
 VOLUME_SOURCES = {
     "pvc": "a PersistentVolumeClaim name",

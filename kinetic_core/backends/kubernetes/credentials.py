@@ -4,7 +4,8 @@
 Target is serialized (handles, XCom, trigger kwargs, logs) it is replaced by a reference
 (``kubeconfig-sha256:<hex>``) that names it without revealing it. Every process that builds
 a Target from the content (the connection, the block) remembers it, so a handle read back
-in that process reaches the same cluster; ``backends/kubernetes/client.py`` resolves it.
+in that process reaches the same cluster; ``client.py`` resolves it. ``config.py`` uses this
+module to serialize a Target safely.
 """
 
 from __future__ import annotations

@@ -1,0 +1,91 @@
+"""The kubernetes / gke kind: what the core asks of this backend without a connection.
+
+Both names are this one kind: a GKE cluster is a Kubernetes cluster, so options, checks,
+Job names, console links and a driver pod's credentials are the same for both. Imported by
+every ``Target.validate``, so it never imports the Kubernetes client library (``create``
+loads the backend module, and says which extra is missing when it is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kinetic_core import registry
+from kinetic_core.backends import Backend, BackendKind
+from kinetic_core.backends.kubernetes.console import console_links
+from kinetic_core.backends.kubernetes.manifest import job_name
+from kinetic_core.backends.kubernetes.pod_options import POD_OPTIONS, check_pod_options
+from kinetic_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kinetic_core.config import Target
+
+#: Where the cluster is and how to reach it: what makes two backend instances differ.
+CONNECTION_FIELDS = (
+    "storage",
+    "kube_context",
+    "kubeconfig",
+    "in_cluster",
+    "namespace",
+    "project",
+    "signing_key",
+)
+
+
+class KubernetesKind:
+    """One ``batch/v1`` Job per job; the Job's pod mounts volumes."""
+
+    options = frozenset(
+        {
+            "namespace",
+            "image",
+            "accelerator",
+            "spot",
+            "resources",
+            "service_account",
+            "kube_context",
+            "kubeconfig",
+            "in_cluster",
+            "node_selector",
+            "tolerations",
+            "labels",
+            "annotations",
+            "project",
+            *POD_OPTIONS,
+        }
+    )
+    supports_volumes = True
+
+    def create(self, target: Target) -> Backend:
+        module = registry.import_module(f"{__package__}.backend", f"{target.backend} backend")
+        backend: Backend = module.KubernetesBackend.from_target(target)
+        return backend
+
+    def cache_key(self, target: Target) -> tuple[object, ...]:
+        return tuple(getattr(target, name) for name in CONNECTION_FIELDS)
+
+    def check_options(self, target: Target) -> None:
+        """The kubeconfig and the pod options, as plain data, before anything is written."""
+        kubeconfig = target.kubeconfig
+        if kubeconfig is not None and (not isinstance(kubeconfig, str) or not kubeconfig.strip()):
+            raise ConfigError(
+                "kubeconfig is empty: give the path of a kubeconfig file or its content (YAML), "
+                "or leave it unset ($KUBECONFIG, ~/.kube/config)."
+            )
+        check_pod_options(**{name: getattr(target, name) for name in POD_OPTIONS})
+
+    def job_object_name(self, job_id: str) -> str | None:
+        """The Job (and its pods' ``job-name`` label) the job runs as."""
+        return job_name(job_id)
+
+    def links(self, job_id: str, target: Mapping[str, Any]) -> dict[str, str]:
+        return console_links(job_name(job_id), target)
+
+    def driver_overlay(self, target: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        """In a pod, a batch driver reaches the API with the pod's service account (the
+        submitter's kubeconfig is not there); elsewhere, as the batch's target says."""
+        return {"in_cluster": True} if env.get("KUBERNETES_SERVICE_HOST") else {}
+
+
+KIND: BackendKind = KubernetesKind()
