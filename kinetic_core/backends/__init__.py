@@ -55,6 +55,19 @@ class BackendState:
 
 @runtime_checkable
 class Backend(Protocol):
+    """What every backend does. Optional methods, looked up with ``getattr`` (a backend
+    without one behaves as if it always agreed):
+
+    - ``check_launch(spec) -> None``: refuse a launch before anything is written (a bad
+      option: ``ConfigError``).
+    - ``check_cancel(job_id) -> None``: raise (``PermissionDenied``...) when ``cancel``
+      would be refused, without stopping anything; ``JobHandle.cancel`` records a cancel
+      only after this passed.
+    - ``driver_overlay(env) -> dict``: Target fields a batch driver running inside this
+      backend (``env``: its environment) uses to reach the backend instead of the
+      submitter's (a Kubernetes pod: its service account, ``in_cluster``); ``{}`` if none.
+    """
+
     name: str
 
     @property

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kinetic_core import layout
+from kinetic_core.backends import get_backend
 from kinetic_core.batch.records import BatchRecords, Ticket, child_job_id, read_manifest
 from kinetic_core.config import Target
 from kinetic_core.errors import KineticError
@@ -242,11 +243,12 @@ def driver_jobs(records: BatchRecords) -> list[JobHandle]:
 
 
 def pod_credentials(target: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    """In a Kubernetes pod, the driver reaches the API with the pod's service account
-    (the submitter's kubeconfig is not there); elsewhere, as the batch's target says."""
-    if target.get("backend") == "kubernetes" and env.get("KUBERNETES_SERVICE_HOST"):
-        return {"in_cluster": True}
-    return {}
+    """How the driver reaches the batch's backend from where it runs: the backend says
+    (``driver_overlay``: in a Kubernetes pod, with the pod's service account, the same on
+    every spelling of the backend); elsewhere, as the batch's target says."""
+    backend = get_backend(Target.from_stored(target))
+    overlay = getattr(backend, "driver_overlay", None)
+    return dict(overlay(env)) if overlay is not None else {}
 
 
 def driver_target(target: dict[str, Any], signing_key: str | None) -> Target:

@@ -116,8 +116,10 @@ def test_unreachable_api_server_is_a_backend_error(
         assert info.value.transient, name
         assert isinstance(info.value.__cause__, urllib3.exceptions.HTTPError), name
     spec = LaunchSpec(job_id="job-a", storage_uri=f"file://{tmp_path}", target=kc.Target())
-    with pytest.raises(kc.SubmissionError, match="Could not create Job kinetic-job-a"):
+    # A launch that cannot reach the server stays transient: retrying it is safe (issue 25).
+    with pytest.raises(kc.BackendError, match="create Job kinetic-job-a") as info:
         backend.launch(spec)
+    assert info.value.transient and not isinstance(info.value, kc.SubmissionError)
 
 
 def test_server_errors_are_retried_then_a_backend_error_with_the_status(
