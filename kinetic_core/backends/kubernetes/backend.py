@@ -81,8 +81,8 @@ class KubernetesBackend:
                 raise ConfigError(
                     "A detached batch's driver reaches the Kubernetes API with its pod's "
                     "service-account token, but the target's pod options set "
-                    "automountServiceAccountToken: false. Remove it (or submit the batch with "
-                    "detached=False)."
+                    "automountServiceAccountToken: false: remove it from the target's "
+                    "pod_template (the driver would have no credentials)."
                 )
 
     def launch(self, spec: LaunchSpec) -> None:
@@ -104,7 +104,7 @@ class KubernetesBackend:
         secret = bool(spec.target.signing_key) and not dry_run
         made_secret = self._create_secret(spec) if secret else False
         try:
-            created = self._post_job(manifest, dry_run)
+            created, new = self._post_job(manifest, dry_run)
         except (_JobAbsent, SubmissionError, PermissionDenied) as exc:
             if made_secret:  # the Job surely does not exist: take its Secret back
                 self._undo(self.client.ns("secrets", name), f"Secret {name}")
@@ -112,23 +112,23 @@ class KubernetesBackend:
                 raise exc.error from None
             raise
         if secret and created:
-            self._own_secret(name, created)
+            self._own_secret(name, created, undo=new)
         return created
 
-    def _post_job(self, manifest: dict[str, Any], dry_run: bool) -> dict[str, Any]:
-        """POST the Job; an existing one (409, or a create whose answer was lost) is read."""
+    def _post_job(self, manifest: dict[str, Any], dry_run: bool) -> tuple[dict[str, Any], bool]:
+        """POST the Job; an existing one (409, or a create whose answer was lost) is read.
+        Returns the Job and whether this POST created it."""
         name = manifest["metadata"]["name"]
         query = {"dryRun": "All"} if dry_run else None
         try:
-            return dict(
-                self.client.call(
-                    "POST",
-                    self.client.ns("jobs"),
-                    body=manifest,
-                    query=query,
-                    what=f"create Job {name}",
-                )
+            answer = self.client.call(
+                "POST",
+                self.client.ns("jobs"),
+                body=manifest,
+                query=query,
+                what=f"create Job {name}",
             )
+            return dict(answer), True
         except BackendError as exc:
             if exc.status in (400, 422):
                 reason = getattr(exc, "reason", str(exc))
@@ -136,7 +136,7 @@ class KubernetesBackend:
             if dry_run and exc.status != 409:
                 raise
             try:  # it exists (409), or the create reached the server and its answer was lost
-                return dict(self.client.call("GET", self.client.ns("jobs", name)))
+                return dict(self.client.call("GET", self.client.ns("jobs", name))), False
             except KubeApiError as missing:
                 if missing.status != 404:
                     raise exc from None
@@ -162,10 +162,11 @@ class KubernetesBackend:
             raise
         return True
 
-    def _own_secret(self, name: str, job: dict[str, Any]) -> None:
-        """Make the Job own its Secret. Without permission to patch Secrets the submit is
-        undone (nothing left behind); a transient failure leaves a Job that runs and a
-        Secret that cancel/cleanup delete by name (a later launch adds the owner)."""
+    def _own_secret(self, name: str, job: dict[str, Any], *, undo: bool) -> None:
+        """Make the Job own its Secret. Without permission to patch Secrets a Job this
+        launch created is undone (nothing left behind); a transient failure leaves a Job
+        that runs and a Secret that cancel/cleanup delete by name (a later launch adds the
+        owner)."""
         try:
             self.client.call(
                 "PATCH",
@@ -174,7 +175,10 @@ class KubernetesBackend:
                 what=f"make Job {name} own Secret {name}",
                 content_type="application/merge-patch+json",
             )
-        except PermissionDenied:
+        except PermissionDenied as exc:
+            if not undo:  # a Job launched before runs on: never delete what we did not make
+                log.warning("kinetic: %s", exc)
+                return
             self._undo(self.client.ns("jobs", name), f"Job {name}")
             self._undo(self.client.ns("secrets", name), f"Secret {name}")
             raise
