@@ -16,6 +16,39 @@ class ConfigError(KineticError, ValueError):
     """A Target, environment variable or argument is invalid."""
 
 
+class PermissionDenied(ConfigError):
+    """The backend refused an action for lack of a permission (a Kubernetes RBAC 403): the
+    credentials are valid, a Role lacks a verb. ``verb``, ``resource``, ``namespace`` and
+    ``user`` say which (empty when the server did not say); nothing was changed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        verb: str = "",
+        resource: str = "",
+        namespace: str = "",
+        user: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.verb = verb
+        self.resource = resource
+        self.namespace = namespace
+        self.user = user
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _permission_denied,
+            (str(self), self.verb, self.resource, self.namespace, self.user),
+        )
+
+
+def _permission_denied(
+    message: str, verb: str, resource: str, namespace: str, user: str
+) -> PermissionDenied:
+    return PermissionDenied(message, verb=verb, resource=resource, namespace=namespace, user=user)
+
+
 class InvalidIdError(ConfigError):
     """A job or group id that is not safe to use as a path or resource name."""
 

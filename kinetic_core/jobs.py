@@ -317,12 +317,18 @@ class JobHandle:
         function returned, a deadline, another cancel); that outcome stays.
 
         Waits up to ``wait`` seconds for the job's processes to stop (0: return at once).
+        A backend that would refuse the stop (``check_cancel``: e.g. ``PermissionDenied``,
+        a Role without ``jobs: delete``) raises before anything is recorded.
         """
         state = self.state()
         if state.terminal:
             return False
         if state.job_id != self.job_id:  # recovered: cancel the attempt that runs now
             return self.current().cancel(wait=wait)
+        backend = backend_for(self)
+        check = getattr(backend, "check_cancel", None)
+        if check is not None:  # e.g. PermissionDenied: nothing is recorded, the job runs on
+            check(self.job_id)
         storage = self._storage()
         won, _ = decide(
             storage,
@@ -334,7 +340,6 @@ class JobHandle:
         )
         if not won:
             return False
-        backend = backend_for(self)
         backend.cancel(self.job_id)
         if wait > 0:
             self._wait_stopped(backend, wait)

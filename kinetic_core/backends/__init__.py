@@ -67,6 +67,16 @@ def running(state: BackendState) -> bool:
 
 @runtime_checkable
 class Backend(Protocol):
+    """What every backend does. Optional methods, looked up with ``getattr`` (a backend
+    without one behaves as if it always agreed):
+
+    - ``check_launch(spec) -> None``: refuse a launch before anything is written (a bad
+      option: ``ConfigError``).
+    - ``check_cancel(job_id) -> None``: raise (``PermissionDenied``...) when ``cancel``
+      would be refused, without stopping anything; ``JobHandle.cancel`` records a cancel
+      only after this passed.
+    """
+
     name: str
 
     @property

@@ -16,6 +16,9 @@ import pytest
 
 import kinetic_core as kc
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cluster.cluster import KINETIC_RULES
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
@@ -35,6 +38,7 @@ print(json.dumps({"group_id": batch.group_id}), flush=True)
 def test_batch_runs_on_the_cluster_after_its_submitter_exits(
     k8s_cluster: Any, tmp_path: Path
 ) -> None:
+    k8s_cluster.grant("default", KINETIC_RULES)  # the driver pod's own service account
     slots = tmp_path / "slots"
     slots.mkdir()
     target = kc.Target(

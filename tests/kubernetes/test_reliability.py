@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ import kinetic_core as kc
 from kinetic_core.backends.kubernetes import KubernetesBackend, job_name
 from kinetic_core.backends.kubernetes import client as kube_client
 from kinetic_core.backends.kubernetes import states as kube_states
+from kinetic_core.ids import keyed_id
 from kinetic_core.polling import poll_ticks, shared_poller
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -223,24 +225,29 @@ def test_node_state_translation_fixtures(monkeypatch: pytest.MonkeyPatch) -> Non
     assert kube_states.job_state(job, [pod], {}).phase == "running"  # node unreadable
 
 
-# ---- 5. no ownerless Secret holding the signing key ---------------------------------------
+# ---- 5. the signing-key Secret: taken back with a refused Job, found by its label -----------
 
 
 def test_rejected_job_leaves_no_secret(kube: kc.Target) -> None:
     backend = _backend(kube)
     target = kube.merge({"signing_key": "k3y", "resources": {"cpu": "abc"}})
+    key = f"bad-cpu-{os.urandom(4).hex()}"
     with pytest.raises(kc.SubmissionError, match="rejected"):
-        kc.submit(k8s_fns.square, (1,), target=target, name="bad-cpu")
+        kc.submit(k8s_fns.square, (1,), target=target, name="bad-cpu", idempotency_key=key)
     secrets = backend.client.call(
-        "GET", backend.client.ns("secrets"), query={"labelSelector": "app=kinetic"}
+        "GET",
+        backend.client.ns("secrets"),
+        query={"labelSelector": f"kinetic/job-id={keyed_id(key, 1)}"},
     )["items"]
-    assert not [s for s in secrets if not s["metadata"].get("ownerReferences")]
+    assert secrets == []
 
 
-def test_secret_is_owned_from_its_creation(
+def test_secret_comes_first_and_is_owned_by_its_job(
     kube: kc.Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The submitter dies right after creating the Secret: it is already owned by the Job."""
+    """The submitter dies right after creating the Secret: no Job exists (nothing runs
+    without its key), and the Secret carries the job's label, so cancel/cleanup find it.
+    A whole submit leaves a Secret owned by its Job (the Job's TTL removes it)."""
     target = kube.merge({"signing_key": "k3y"})
     backend = _backend(target)
     real_call = backend.client.call
@@ -253,15 +260,21 @@ def test_secret_is_owned_from_its_creation(
             raise KeyboardInterrupt  # the submitter dies on the next line
         return answer
 
-    monkeypatch.setattr(backend.client, "call", call)
-    with pytest.raises(KeyboardInterrupt):
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
+        patched.setattr(backend.client, "call", call)
         kc.submit(k8s_fns.square, (1,), target=target)
-    monkeypatch.undo()
     [name] = created
     secret = _get(backend, "secrets", name)
+    assert secret is not None and _get(backend, "jobs", name) is None
+    job_id = secret["metadata"]["labels"]["kinetic/job-id"]
+    backend.cancel(job_id)
+    assert _get(backend, "secrets", name) is None
+
+    job = kc.submit(k8s_fns.square, (1,), target=target)
+    secret = _get(backend, "secrets", job_name(job.job_id))
     assert secret is not None
     assert [o["kind"] for o in secret["metadata"].get("ownerReferences", [])] == ["Job"]
-    backend.cancel(secret["metadata"]["labels"]["kinetic/job-id"])
+    assert job.result(timeout=120)["square"] == 1
 
 
 # ---- 6. a Job deleted by someone else is Lost at once --------------------------------------

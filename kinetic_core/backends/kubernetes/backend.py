@@ -10,6 +10,7 @@ mapping).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -25,11 +26,23 @@ from kinetic_core.backends.kubernetes.manifest import (
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
 from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
 from kinetic_core.config import Target
-from kinetic_core.errors import BackendError, ConfigError, SubmissionError
+from kinetic_core.errors import BackendError, ConfigError, PermissionDenied, SubmissionError
+
+log = logging.getLogger(__name__)
 
 LOG_CHUNK_LINES = 5000
+# The tag of a batch driver job (``batch/stager.py``): it reaches the API in-cluster.
+DRIVER_TAG = "kinetic/batch-driver"
 # Job ids per label-selected LIST: keeps the request URL well under server limits.
 POLL_CHUNK = 400
+
+
+class _JobAbsent(Exception):
+    """The Job create failed and a GET showed that no Job exists: ``error`` is the failure."""
+
+    def __init__(self, error: BackendError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class KubernetesBackend:
@@ -51,56 +64,131 @@ class KubernetesBackend:
     # ---- launch -------------------------------------------------------------------------
     def check_launch(self, spec: LaunchSpec) -> None:
         """Build the Job without sending it: a bad pod option or template raises ConfigError
-        before the submission writes anything."""
-        job_manifest(spec, self.namespace)
+        before the submission writes anything. A batch driver must be able to use the pod's
+        service-account token (it reaches the API in-cluster): refused here otherwise."""
+        manifest = job_manifest(spec, self.namespace)
+        if DRIVER_TAG in spec.labels:
+            pod = manifest["spec"]["template"]["spec"]
+            if pod.get("automountServiceAccountToken") is False:
+                raise ConfigError(
+                    "A detached batch's driver reaches the Kubernetes API with its pod's "
+                    "service-account token, but the target's pod options set "
+                    "automountServiceAccountToken: false: remove it from the target's "
+                    "pod_template (the driver would have no credentials)."
+                )
 
     def launch(self, spec: LaunchSpec) -> None:
-        """Create the Job (idempotent: an existing Job for this id counts as launched)."""
+        """Create the Job (idempotent: an existing Job for this id counts as launched; its
+        Secret is created again if someone deleted it)."""
         self.create_job(spec)
 
     def create_job(self, spec: LaunchSpec, *, dry_run: bool = False) -> dict[str, Any]:
         """Create (or with ``dry_run`` server-side validate) the Job; returns what the API says.
 
-        The signing-key Secret is created after the Job, already owned by it: no moment
-        exists where a Secret could be left without an owner (a rejected Job creates no
-        Secret; a submitter dying after the Job leaves a pod waiting for its Secret, pending
-        with reason CreateContainerConfigError until ``schedule_timeout`` ends it, and
-        launching the same id again creates the Secret)."""
+        Order, so that a submitter killed at any point leaves nothing or a job that runs:
+        the signing-key Secret first (labelled with the job id: cleanup and cancel find it
+        by name), then the Job, then the Secret's ownerReference to the Job (so the Job's
+        TTL removes it). A refused Job (400/422, 403) takes its Secret back with it. A
+        transient error stays a transient ``BackendError`` (the caller's policy retries
+        it), after a GET tells whether the create reached the server (its answer lost)."""
         manifest = job_manifest(spec, self.namespace)
         name = manifest["metadata"]["name"]
-        jobs = self.client.ns("jobs")
-        query = {"dryRun": "All"} if dry_run else None
+        secret = bool(spec.target.signing_key) and not dry_run
+        made_secret = self._create_secret(spec) if secret else False
         try:
-            created: dict[str, Any] = self.client.call(
-                "POST", jobs, body=manifest, query=query, what=f"create Job {name}"
-            )
-        except BackendError as exc:
-            if isinstance(exc, KubeApiError) and exc.status in (400, 422):
-                raise SubmissionError(f"Kubernetes rejected Job {name}: {exc.reason}") from exc
-            try:  # it exists (409), or the create succeeded before the error reached us
-                created = dict(self.client.call("GET", self.client.ns("jobs", name)))
-            except BackendError as missing:
-                if exc.transient or missing.transient:  # it may exist: launch again, never final
-                    raise exc from None
-                raise SubmissionError(f"Could not create Job {name}: {exc}") from exc
-            if exc.status == 409 and not spec.target.signing_key:
-                return {}
-        if spec.target.signing_key and not dry_run:
-            self._create_secret(spec, created)
+            created, new = self._post_job(manifest, dry_run)
+        except (_JobAbsent, SubmissionError, PermissionDenied) as exc:
+            if made_secret:  # the Job surely does not exist: take its Secret back
+                self._undo(self.client.ns("secrets", name), f"Secret {name}")
+            if isinstance(exc, _JobAbsent):
+                raise exc.error from None
+            raise
+        if secret and created:
+            self._own_secret(name, created, undo=new)
         return created
 
-    def _create_secret(self, spec: LaunchSpec, job: dict[str, Any]) -> None:
-        """The signing-key Secret, owned by ``job`` from its creation."""
+    def _post_job(self, manifest: dict[str, Any], dry_run: bool) -> tuple[dict[str, Any], bool]:
+        """POST the Job; an existing one (409, or a create whose answer was lost) is read.
+        Returns the Job and whether this POST created it."""
+        name = manifest["metadata"]["name"]
+        query = {"dryRun": "All"} if dry_run else None
+        try:
+            answer = self.client.call(
+                "POST",
+                self.client.ns("jobs"),
+                body=manifest,
+                query=query,
+                what=f"create Job {name}",
+            )
+            return dict(answer), True
+        except BackendError as exc:
+            if exc.status in (400, 422):
+                reason = getattr(exc, "reason", str(exc))
+                raise SubmissionError(f"Kubernetes rejected Job {name}: {reason}") from exc
+            if dry_run and exc.status != 409:
+                raise
+            try:  # it exists (409), or the create reached the server and its answer was lost
+                return dict(self.client.call("GET", self.client.ns("jobs", name))), False
+            except KubeApiError as missing:
+                if missing.status != 404:
+                    raise exc from None
+                raise _JobAbsent(exc) from None
+            except BackendError:
+                raise exc from None  # unknown whether it exists: stays what it was
+
+    def _create_secret(self, spec: LaunchSpec) -> bool:
+        """The signing-key Secret (no owner yet); True when this call created it."""
         name = job_name(spec.job_id)
-        body = secret_manifest(spec)
-        body["metadata"].update(owner_patch(name, job)["metadata"])
         try:
             self.client.call(
-                "POST", self.client.ns("secrets"), body=body, what=f"create Secret {name}"
+                "POST",
+                self.client.ns("secrets"),
+                body=secret_manifest(spec),
+                what=f"create Secret {name}",
             )
+        except KubeApiError as exc:
+            if exc.status == 409:
+                return False
+            if exc.status in (400, 422):
+                raise SubmissionError(f"Kubernetes rejected Secret {name}: {exc.reason}") from exc
+            raise
+        return True
+
+    def _own_secret(self, name: str, job: dict[str, Any], *, undo: bool) -> None:
+        """Make the Job own its Secret. Without permission to patch Secrets a Job this
+        launch created is undone (nothing left behind); a transient failure leaves a Job
+        that runs and a Secret that cancel/cleanup delete by name (a later launch adds the
+        owner)."""
+        try:
+            self.client.call(
+                "PATCH",
+                self.client.ns("secrets", name),
+                body=owner_patch(name, job),
+                what=f"make Job {name} own Secret {name}",
+                content_type="application/merge-patch+json",
+            )
+        except PermissionDenied as exc:
+            if not undo:  # a Job launched before runs on: never delete what we did not make
+                log.warning("kinetic: %s", exc)
+                return
+            self._undo(self.client.ns("jobs", name), f"Job {name}")
+            self._undo(self.client.ns("secrets", name), f"Secret {name}")
+            raise
         except BackendError as exc:
-            if exc.status != 409:
-                raise SubmissionError(f"Could not create Secret {name}: {exc}") from exc
+            log.warning("kinetic: %s (the job runs; cleanup deletes the Secret)", exc)
+
+    def _undo(self, path: str, what: str) -> None:
+        """Best effort: delete what a failed submit created (an outage or a missing verb
+        leaves it labelled with the job id, where cancel and cleanup find it)."""
+        try:
+            self.client.call(
+                "DELETE",
+                path,
+                query={"propagationPolicy": "Background"},
+                what=f"undo {what}",
+            )
+        except (BackendError, ConfigError) as exc:
+            log.warning("kinetic: could not take back %s of a failed submit: %s", what, exc)
 
     # ---- poll ---------------------------------------------------------------------------
     def poll(self, job_ids: list[str]) -> dict[str, BackendState]:
@@ -200,22 +288,35 @@ class KubernetesBackend:
         return "\n".join(out) + "\n", f"{last}|{count}"
 
     # ---- stop ---------------------------------------------------------------------------
-    def cancel(self, job_id: str) -> None:
-        """Delete the Job and its pods (foreground propagation); absent is fine."""
+    def _stop_requests(self, job_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """What stopping a job deletes: its Job (foreground: its pods go first), every pod
+        carrying its label (also pods an orphaning deletion left without a Job), its Secret."""
         name = job_name(job_id)
-        for kind, path in (
-            ("Job", self.client.ns("jobs", name)),
-            ("Secret", self.client.ns("secrets", name)),
-        ):
-            try:
-                self.client.call(
-                    "DELETE",
-                    path,
-                    body={"propagationPolicy": "Foreground"},
-                    what=f"delete {kind} {name}",
-                )
-            except KubeApiError as exc:
-                if exc.status != 404:
-                    raise
+        selector = f"app=kinetic,kinetic/job-id={job_id}"
+        return [
+            (f"Job {name}", self.client.ns("jobs", name), {"propagationPolicy": "Foreground"}),
+            (f"pods of job {job_id}", self.client.ns("pods"), {"labelSelector": selector}),
+            (f"Secret {name}", self.client.ns("secrets", name), {}),
+        ]
+
+    def check_cancel(self, job_id: str) -> None:
+        """Raise ``PermissionDenied`` when ``cancel`` would be refused: each delete is sent
+        as a server-side dry run (authorization and admission, nothing deleted), so a
+        cancel is recorded only when the backend will take it."""
+        for what, path, query in self._stop_requests(job_id):
+            self._delete(what, path, {**query, "dryRun": "All"})
+
+    def cancel(self, job_id: str) -> None:
+        """Delete the Job (foreground), every pod of the job by label, and its Secret;
+        absent is fine."""
+        for what, path, query in self._stop_requests(job_id):
+            self._delete(what, path, query)
+
+    def _delete(self, what: str, path: str, query: dict[str, Any]) -> None:
+        try:
+            self.client.call("DELETE", path, query=query or None, what=f"delete {what}")
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
 
     delete = cancel

@@ -4,17 +4,21 @@ errors to kinetic's.
 Requests go through the official client's transport (kubeconfig, in-cluster, auth, TLS).
 Nothing foreign leaves ``KubeClient.call``: HTTP errors become ``KubeApiError`` (a
 ``BackendError`` carrying the status, so callers can branch on 404/409), rejected
-credentials and a server certificate the configured CA does not verify become
-``ConfigError`` at once (never retried), and a transport failure that outlived the
+credentials (401) and a server certificate the configured CA does not verify become
+``ConfigError`` at once (never retried), an RBAC refusal (403) ``PermissionDenied`` naming
+the missing verb, and a transport failure that outlived the
 retries becomes a transient ``BackendError`` (waiting again is safe), all in ``api_errors``.
 ``KubeClient.stats`` counts requests, bytes and objects read (what a poll costs).
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import importlib.util
 import json
 import os
+import re
 import ssl
 import threading
 from collections.abc import Callable, Iterator
@@ -31,7 +35,7 @@ import urllib3
 
 from kinetic_core.backends.kubernetes.credentials import is_reference, kubeconfig_content
 from kinetic_core.config import Target
-from kinetic_core.errors import BackendError, ConfigError, KineticError
+from kinetic_core.errors import BackendError, ConfigError, KineticError, PermissionDenied
 from kinetic_core.retrying import transient_retry
 
 USER_AGENT = "kinetic-workflows/0.1.0"
@@ -153,6 +157,49 @@ class _Counter:
         return self._stats
 
 
+# "jobs.batch is forbidden: User "system:serviceaccount:ml:runner" cannot create resource
+# "jobs" in API group "batch" in the namespace "ml"" (the API server's RBAC message).
+_FORBIDDEN = re.compile(
+    r'User "(?P<user>[^"]*)" cannot (?P<verb>[\w-]+) resource "(?P<resource>[^"]+)"'
+    r'(?: in API group "(?P<group>[^"]*)")?(?: in the namespace "(?P<namespace>[^"]*)")?'
+)
+_SERVICE_ACCOUNT = re.compile(r"^system:serviceaccount:(?P<ns>[^:]+):(?P<name>.+)$")
+_VERBS = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update", "GET": "get"}
+
+
+def permission_denied(body: str, method: str, path: str, namespace: str) -> PermissionDenied:
+    """THE message of an RBAC refusal: who lacks which verb on which resource where, and
+    that the fix is a Role (the credentials themselves were accepted)."""
+    try:
+        message = str(json.loads(body).get("message") or body)
+    except (ValueError, AttributeError):
+        message = body
+    found = _FORBIDDEN.search(message)
+    fields = found.groupdict() if found else {}
+    verb = fields.get("verb") or _VERBS.get(method, method.lower())
+    resource = fields.get("resource") or path.rstrip("/").split("/")[-1]
+    group = fields.get("group") or ""
+    where = fields.get("namespace") or namespace
+    user = fields.get("user") or ""
+    account = _SERVICE_ACCOUNT.match(user)
+    who = (
+        f"service account {account['name']} (namespace {account['ns']})"
+        if account
+        else (f"user {user}" if user else "these credentials")
+    )
+    rule = f'{{apiGroups: ["{group}"], resources: ["{resource}"], verbs: ["{verb}"]}}'
+    return PermissionDenied(
+        f"Kubernetes denied {who} permission to {verb} {resource} in namespace {where} "
+        f"(HTTP 403, {method} {path}): grant it in a Role bound to {who}, e.g. rule {rule} "
+        "(see docs/kubernetes.md, 'Permissions'). The credentials are valid: refreshing the "
+        f"kubeconfig will not help. The API server said: {message}",
+        verb=verb,
+        resource=resource,
+        namespace=where,
+        user=user,
+    )
+
+
 def _parse_kubeconfig(content: str) -> dict[str, Any]:
     """The kubeconfig content as a dict; a ConfigError that quotes none of it (it is secret)."""
     import yaml
@@ -172,6 +219,43 @@ def _parse_kubeconfig(content: str) -> dict[str, Any]:
     return data
 
 
+# Kubeconfig fields whose ``-data`` twin the official client would write to a temp file.
+_FILE_FIELDS = (
+    ("clusters", "cluster", "certificate-authority"),
+    ("users", "user", "client-certificate"),
+    ("users", "user", "client-key"),
+)
+
+
+def in_memory_files(data: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+    """``data`` with each ``client-key-data`` (and certificate, CA) replaced by the path of
+    an anonymous in-memory file (``memfd_create``, ``/proc/self/fd/N``), and those fds.
+
+    Why: the official client writes ``-data`` fields to files in the temp directory (the
+    TLS layer takes paths); a private key must not touch the disk. The fds live as long as
+    the client (closed by ``KubeClient.close``). Where memfd is missing (not Linux) the
+    data is left to the client: a 0600 temp file, removed when the process exits."""
+    if not hasattr(os, "memfd_create"):
+        return data, []
+    fds: list[int] = []
+    data = dict(data)
+    for section, key, field in _FILE_FIELDS:
+        entries = []
+        for entry in data.get(section) or []:
+            inner = dict((entry or {}).get(key) or {})
+            raw = inner.pop(f"{field}-data", None)
+            if raw:
+                fd = os.memfd_create(f"kinetic-{field}", os.MFD_CLOEXEC)
+                fds.append(fd)
+                os.write(fd, base64.standard_b64decode(raw))
+                inner[field] = f"/proc/self/fd/{fd}"
+                entry = {**entry, key: inner}
+            entries.append(entry)
+        if section in data:
+            data[section] = entries
+    return data, fds
+
+
 class KubeClient:
     """One namespace of one cluster (kubeconfig context or in-cluster), loaded lazily."""
 
@@ -181,6 +265,7 @@ class KubeClient:
         self.kubeconfig = target.kubeconfig
         self.in_cluster = bool(target.in_cluster)
         self._api: Any = None
+        self._fds: list[int] = []  # in-memory credential files (``in_memory_files``)
         self._lock = threading.Lock()
         self.stats = _Counter()
 
@@ -201,9 +286,8 @@ class KubeClient:
                         config.load_incluster_config(client_configuration=cfg)
                         self._api = client.ApiClient(cfg)
                     elif (content := kubeconfig_content(self.kubeconfig)) is not None:
-                        self._api = config.new_client_from_config_dict(
-                            _parse_kubeconfig(content), context=self.context
-                        )
+                        data, self._fds = in_memory_files(_parse_kubeconfig(content))
+                        self._api = config.new_client_from_config_dict(data, context=self.context)
                     else:  # KUBECONFIG read now, not when the client module was imported
                         default = os.environ.get("KUBECONFIG", "~/.kube/config")
                         path = self.kubeconfig
@@ -229,6 +313,18 @@ class KubeClient:
                         )
                     ) from exc
             return self._api
+
+    def close(self) -> None:
+        """Close the connections and the in-memory credential files; a later call loads
+        the credentials again."""
+        with self._lock:
+            if self._api is not None:
+                self._api.close()
+                self._api = None
+            for fd in self._fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds = []
 
     def _tls_hint(self) -> str:
         cfg = getattr(self._api, "configuration", None)
@@ -280,13 +376,14 @@ class KubeClient:
         response = self.api.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
         data = response.read()
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
-        if response.status in (401, 403):
+        if response.status == 401:
             raise ConfigError(
                 f"Kubernetes rejected the credentials of context {self.context or 'current-context'} "
-                f"(HTTP {response.status}) for {method} {path}: refresh them (e.g. `gcloud container "
-                "clusters get-credentials …`) or grant the service account access to Jobs, Pods, "
-                f"pods/log and Secrets in namespace {self.namespace}."
+                f"(HTTP 401) for {method} {path}: refresh them (e.g. `gcloud container "
+                "clusters get-credentials …`)."
             )
+        if response.status == 403:
+            raise permission_denied(text, method, path, self.namespace)
         if response.status >= 400:
             self.stats.add(len(data or b""), 0)
             raise KubeApiError(response.status, text, what)

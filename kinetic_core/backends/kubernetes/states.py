@@ -27,6 +27,8 @@ def _ts(value: str | None) -> float | None:
 # How long a pod's node may be unreachable before the job is declared lost (GKE's own
 # node-monitor grace is 40 s; a node that comes back within this keeps its pods).
 NODE_LOST_GRACE = 120.0
+# How long a pod may wait for its job's deleted signing-key Secret before the job ends.
+SECRET_MISSING_GRACE = 30.0
 UNREACHABLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 
 
@@ -203,6 +205,9 @@ def _live_state(
         return BackendState("pending", reason=reason, message=message, started_at=started)
     if waiting.get("reason") in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
         return BackendState("pending", reason="ImagePullBackOff", message=waiting.get("message"))
+    missing = _missing_secret(job, pod, waiting) if job is not None else None
+    if missing is not None:
+        return missing
     if waiting.get("reason"):
         return BackendState("pending", reason=waiting["reason"], message=waiting.get("message"))
     for cond in pod_status.get("conditions", []):
@@ -239,6 +244,31 @@ def _ended_state(job: dict[str, Any], pod: dict[str, Any] | None) -> BackendStat
     if terminated:
         return _terminated_state(terminated, started, finished, None)
     return BackendState("pending", started_at=started)  # the Job controller makes its pod
+
+
+def _missing_secret(
+    job: dict[str, Any], pod: dict[str, Any] | None, waiting: dict[str, Any]
+) -> BackendState | None:
+    """The pod waits for the job's own signing-key Secret, which someone deleted (kinetic
+    creates it before the Job, so it existed when the pod was made). A kubelet waits for
+    ever; after ``SECRET_MISSING_GRACE`` (a kubelet's cache may lag) the job ends with
+    reason ``SecretMissing``: the pod never started, and the runner refuses to run a job
+    whose outcome is decided, should the Secret come back. Before that: pending."""
+    name = job.get("metadata", {}).get("name", "")
+    if (
+        pod is None
+        or waiting.get("reason") != "CreateContainerConfigError"
+        or f'secret "{name}" not found' not in (waiting.get("message") or "")
+    ):
+        return None
+    since = _ts(pod["metadata"].get("creationTimestamp")) or time.time()
+    message = (
+        f"the job's signing-key Secret {name} was deleted, so its pod cannot start; "
+        "resubmit the job (with its idempotency key: a new attempt)"
+    )
+    if time.time() - since > SECRET_MISSING_GRACE:
+        return BackendState("exited", reason="SecretMissing", message=message)
+    return BackendState("pending", reason="SecretMissing", message=message)
 
 
 def _terminated_state(

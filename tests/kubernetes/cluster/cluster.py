@@ -16,6 +16,7 @@ Clients authenticate with a static bearer token (``--token-auth-file``) of a use
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
 import json
 import os
@@ -49,6 +50,22 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
 CONTROLLERS = ("kube-controller-manager", "kube-scheduler")
 NODE_NAMES = ("node-cpu", "node-gpu", "node-tpu", "node-spot", "node-tpu-spot")
 CONTEXT = "kinetic-test"
+# The Role kinetic needs in a namespace (docs/kubernetes.md, "Permissions"); tests grant it
+# to a ServiceAccount (a batch driver's pod) or take a verb away from it.
+KINETIC_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": ["batch"],
+        "resources": ["jobs"],
+        "verbs": ["create", "get", "list", "watch", "delete"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["get", "list", "watch", "delete", "deletecollection"],
+    },
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "get", "patch", "delete"]},
+]
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -124,6 +141,7 @@ class TestCluster:
         self._healthz: dict[str, str] = {}  # controller -> its /healthz URL
         self.agent_port = 0
         self._ssl: ssl.SSLContext | None = None
+        self._ca: pki.CertAuthority | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -160,6 +178,7 @@ class TestCluster:
         pki_dir = d / "pki"
         pki_dir.mkdir()
         ca = pki.CertAuthority(pki_dir)
+        self._ca = ca
         self.ca_path = ca.cert_path
         serving = ca.issue("apiserver", "kube-apiserver", server=True)
         kubelet_client = ca.issue(
@@ -367,6 +386,110 @@ class TestCluster:
             and (user_agent is None or e.get("userAgent") == user_agent)
         )
 
+    # ---- identities: RBAC-trimmed service accounts, client certificates -------------------
+
+    def api(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """One request as the cluster admin (raises urllib.error.HTTPError on an error)."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(
+            self.server + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30, context=self._ssl) as resp:
+            answer = resp.read()
+        return dict(json.loads(answer)) if answer else {}
+
+    def grant(self, account: str, rules: list[dict[str, Any]], namespace: str = "default") -> None:
+        """Make ServiceAccount ``account`` (created if missing) hold exactly ``rules`` in
+        ``namespace``: a Role and RoleBinding named after it, replaced if they exist."""
+        ns = f"/api/v1/namespaces/{namespace}"
+        rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+        meta = {"name": account, "namespace": namespace}
+        role = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": rules,
+        }
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        }
+        for path, body in (
+            (f"{ns}/serviceaccounts", {"metadata": meta}),
+            (f"{rbac}/roles", role),
+            (f"{rbac}/rolebindings", binding),
+        ):
+            try:
+                self.api("POST", path, body)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 409:
+                    raise
+                if "serviceaccounts" not in path:
+                    self.api("PUT", f"{path}/{account}", body)
+
+    def service_account_kubeconfig(
+        self, account: str, rules: list[dict[str, Any]], namespace: str = "default"
+    ) -> str:
+        """Kubeconfig content (context ``kinetic-test``) that authenticates as ServiceAccount
+        ``account`` holding ``rules`` (``grant``), with the token the token controller made."""
+        self.grant(account, rules, namespace)
+        token = self._wait_token(account, namespace)
+        return self._kubeconfig_content({"token": token})
+
+    def client_cert_kubeconfig(self, user: str = "kinetic-cert-user") -> tuple[str, bytes]:
+        """Kubeconfig content whose user is a client certificate (``client-certificate-data``
+        and ``client-key-data``) of a cluster admin, and the private key's PEM bytes."""
+        assert self._ca is not None and self.dir is not None, "cluster not started"
+        pair = self._ca.issue(
+            f"client-{user}", user, server=False, organizations=("system:masters",)
+        )
+        key = pair.key.read_bytes()
+        cert = pair.cert.read_bytes()
+        pair.key.unlink()  # only the kubeconfig content holds it from now on
+        b64 = lambda raw: base64.b64encode(raw).decode()  # noqa: E731
+        content = self._kubeconfig_content(
+            {"client-certificate-data": b64(cert), "client-key-data": b64(key)}, ca_data=True
+        )
+        return content, key
+
+    def _wait_token(self, account: str, namespace: str) -> str:
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            secrets = self.api("GET", path).get("secrets") or []
+            if secrets:
+                secret = self.api(
+                    "GET", f"/api/v1/namespaces/{namespace}/secrets/{secrets[0]['name']}"
+                )
+                return base64.b64decode(secret["data"]["token"]).decode()
+            time.sleep(0.2)
+        raise ClusterError(f"no token Secret for ServiceAccount {namespace}/{account} after 60s")
+
+    def _kubeconfig_content(self, user: dict[str, str], ca_data: bool = False) -> str:
+        assert self.ca_path is not None
+        cluster: dict[str, Any] = {"server": self.server}
+        if ca_data:
+            cluster["certificate-authority-data"] = base64.b64encode(
+                self.ca_path.read_bytes()
+            ).decode()
+        else:
+            cluster["certificate-authority"] = str(self.ca_path)
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": CONTEXT, "cluster": cluster}],
+            "users": [{"name": CONTEXT, "user": user}],
+            "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT}}],
+            "current-context": CONTEXT,
+        }
+        return json.dumps(config, indent=2) + "\n"
+
     # ---- faults for reliability tests ----------------------------------------------------
 
     @contextlib.contextmanager
@@ -512,21 +635,7 @@ class TestCluster:
         return ready >= set(NODE_NAMES)
 
     def _write_kubeconfig(self, path: Path) -> Path:
-        assert self.ca_path is not None
-        kubeconfig = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": CONTEXT,
-                    "cluster": {"server": self.server, "certificate-authority": str(self.ca_path)},
-                }
-            ],
-            "users": [{"name": CONTEXT, "user": {"token": self.token}}],
-            "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT}}],
-            "current-context": CONTEXT,
-        }
-        path.write_text(json.dumps(kubeconfig, indent=2))  # JSON is valid YAML
+        path.write_text(self._kubeconfig_content({"token": self.token}))  # JSON is valid YAML
         path.chmod(0o600)
         return path
 
@@ -550,6 +659,10 @@ def run_examples_here(
     """Point this process at the cluster and ``storage_uri`` the way ``make demo`` is pointed
     at the local backend, with a fresh model-registry key, from an empty working folder
     (nothing may pass from the examples to their pods through the submitter's folder)."""
+    # A detached batch's driver pod reaches the API as the namespace's default service
+    # account (in-cluster credentials): it holds the Role kinetic needs, as docs/kubernetes.md
+    # asks of a platform team.
+    cluster.grant("default", KINETIC_RULES)
     env = {
         **kinetic_env(cluster, storage_uri),
         "NIGHTLY_REGISTRY_KEY": f"reg-{os.urandom(4).hex()}",

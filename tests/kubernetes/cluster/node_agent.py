@@ -58,7 +58,6 @@ log = logging.getLogger("node-agent")
 
 HEARTBEAT_SECONDS = 10
 FINAL_STATUS_ATTEMPTS = 60
-CONFIG_WAIT_SECONDS = 120
 LEASE_SECONDS = 40
 NODE_IP = "127.0.0.1"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
@@ -75,6 +74,14 @@ DISRUPTIONS = {
 # What a container image provides: the interpreter and its packages. Nothing else of the
 # agent's environment reaches a pod; everything else comes from the manifest.
 IMAGE_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "TZ")
+# Where a kubelet mounts the pod's service-account token (the ServiceAccount admission
+# plugin adds that volume and mount to every pod unless automountServiceAccountToken: false).
+SERVICE_ACCOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Runs the container's command in its own mount namespace with the token folder bound at
+# SERVICE_ACCOUNT_PATH: "$0" is the folder, "$@" the command (pid and process group stay).
+_MOUNT_SCRIPT = (
+    f'mkdir -p {SERVICE_ACCOUNT_PATH} && mount --bind "$0" {SERVICE_ACCOUNT_PATH} && exec "$@"'
+)
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 
 
@@ -154,6 +161,14 @@ class KubeError(Exception):
     def __init__(self, status: int, body: str) -> None:
         super().__init__(f"HTTP {status}: {body[:300]}")
         self.status = status
+
+
+class MissingConfig(KubeError):
+    """A Secret or ConfigMap a pod refers to does not exist (yet)."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(404, f'{kind} "{name}" not found')
+        self.message = f'{kind} "{name}" not found'  # the kubelet's words
 
 
 class Kube:
@@ -543,16 +558,25 @@ class Agent:
     def _command_when_ready(
         self, run: PodRun, pod: dict[str, Any]
     ) -> tuple[list[str], dict[str, str], str | None]:
-        """``_command``, waiting (as the kubelet does, with CreateContainerConfigError) for a
-        referenced Secret or ConfigMap that does not exist yet."""
-        deadline = time.monotonic() + CONFIG_WAIT_SECONDS
+        """``_command``, waiting as the kubelet does for a referenced Secret or ConfigMap that
+        does not exist: for ever (until the pod is deleted), the container waiting with
+        reason CreateContainerConfigError and the kubelet's message (``secret "x" not found``)."""
+        reported = ""
         while True:
             try:
                 return self._command(pod)
-            except KubeError as exc:
-                if exc.status != 404 or time.monotonic() > deadline or run.deleting:
+            except MissingConfig as exc:
+                if run.deleting:
                     raise
-                log.info("pod %s/%s waits for its config: %s", run.namespace, run.name, exc)
+                if exc.message != reported:
+                    reported = exc.message
+                    log.info("pod %s/%s waits for its config: %s", run.namespace, run.name, exc)
+                    waiting = {
+                        "waiting": {"reason": "CreateContainerConfigError", "message": exc.message}
+                    }
+                    self._patch_status(
+                        run, {"containerStatuses": [self._container_status(run, pod, waiting)]}
+                    )
                 if self.stopping.wait(0.5):
                     raise
 
@@ -641,6 +665,7 @@ class Agent:
     ) -> tuple[list[str], dict[str, str], str | None]:
         container = container or pod["spec"]["containers"][0]
         env = {k: os.environ[k] for k in IMAGE_ENV if k in os.environ}
+        env.update(self._service_env())
         for item in container.get("envFrom") or []:
             env.update(self._env_from(pod["metadata"]["namespace"], item))
         for item in container.get("env") or []:
@@ -652,6 +677,9 @@ class Agent:
         argv = self._with_mounts(pod, container, env, argv)
         if _PYTHON.match(os.path.basename(argv[0])):
             argv[0] = sys.executable
+        token = json.loads(env.get("NODE_AGENT_MOUNTS", "{}")).get(SERVICE_ACCOUNT_PATH)
+        if token is not None:
+            argv = _in_mount_namespace(token, argv)
         cwd = container.get("workingDir") or None
         if cwd and not os.path.isdir(cwd):
             raise ValueError(f"workingDir {cwd!r} does not exist on this machine")
@@ -660,6 +688,21 @@ class Agent:
             os.makedirs(cwd, exist_ok=True)
             env["HOME"] = cwd
         return argv, env, cwd
+
+    def _service_env(self) -> dict[str, str]:
+        """What a kubelet gives every pod: the API server's ``kubernetes`` Service (here the
+        API server itself on 127.0.0.1), the way in-cluster clients find it."""
+        port = str(urlparse(self.kube.host).port or 443)
+        return {
+            "KUBERNETES_SERVICE_HOST": NODE_IP,
+            "KUBERNETES_SERVICE_PORT": port,
+            "KUBERNETES_SERVICE_PORT_HTTPS": port,
+            "KUBERNETES_PORT": f"tcp://{NODE_IP}:{port}",
+            "KUBERNETES_PORT_443_TCP": f"tcp://{NODE_IP}:{port}",
+            "KUBERNETES_PORT_443_TCP_PROTO": "tcp",
+            "KUBERNETES_PORT_443_TCP_ADDR": NODE_IP,
+            "KUBERNETES_PORT_443_TCP_PORT": port,
+        }
 
     def _env_from(self, namespace: str, item: dict[str, Any]) -> dict[str, str]:
         prefix = item.get("prefix", "")
@@ -699,8 +742,13 @@ class Agent:
         raise ValueError(f"unsupported env source for {item['name']}: {source}")
 
     def _read(self, namespace: str, kind: str, name: str) -> dict[str, str]:
-        """The `data` of a Secret or ConfigMap."""
-        obj = self.kube.request("GET", f"/api/v1/namespaces/{namespace}/{kind}/{name}")
+        """The `data` of a Secret or ConfigMap (MissingConfig when it does not exist)."""
+        try:
+            obj = self.kube.request("GET", f"/api/v1/namespaces/{namespace}/{kind}/{name}")
+        except KubeError as exc:
+            if exc.status == 404:
+                raise MissingConfig(kind.rstrip("s").lower(), name) from None
+            raise
         return dict(obj.get("data") or {})
 
     def _kill_and_finalize(self, run: PodRun, pod: dict[str, Any], grace: int | None) -> None:
@@ -956,6 +1004,28 @@ class Agent:
             t.start()
         for t in threads:
             t.join()
+
+
+def _in_mount_namespace(token_dir: str, argv: list[str]) -> list[str]:
+    """``argv`` run in a mount namespace of its own where the service-account token folder
+    is bound at SERVICE_ACCOUNT_PATH, as in a container (the agent runs as root). Without
+    root (no mount possible) the command runs as is and reads no token there."""
+    if os.geteuid() != 0:
+        log.warning(
+            "not root: the service-account token is not mounted at %s", SERVICE_ACCOUNT_PATH
+        )
+        return argv
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        _MOUNT_SCRIPT,
+        token_dir,
+        *argv,
+    ]
 
 
 def _orphaned(pod: dict[str, Any]) -> bool:
