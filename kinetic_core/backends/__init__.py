@@ -11,7 +11,7 @@ library's exception.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -141,6 +141,38 @@ class BackendKind(Protocol):
 
     def driver_overlay(self, target: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         """Target fields a batch driver running where ``env`` says overrides (credentials)."""
+
+
+class PlainKind:
+    """The kind of a backend with no options, consoles or driver overlay, made by
+    ``factory(target)`` and cached per storage root. Backends that say more subclass it."""
+
+    options: frozenset[str] = frozenset()
+    supports_volumes = False
+
+    def __init__(self, factory: Callable[[Target], Any] | None = None) -> None:
+        self._factory = factory
+
+    def create(self, target: Target) -> Backend:
+        if self._factory is None:
+            raise NotImplementedError(f"{type(self).__name__} names no backend factory")
+        backend: Backend = self._factory(target)
+        return backend
+
+    def cache_key(self, target: Target) -> tuple[object, ...]:
+        return (target.storage,)
+
+    def check_options(self, target: Target) -> None:
+        """Nothing to refuse before the backend is used."""
+
+    def job_object_name(self, job_id: str) -> str | None:
+        return None
+
+    def links(self, job_id: str, target: Mapping[str, Any]) -> dict[str, str]:
+        return {}
+
+    def driver_overlay(self, target: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        return {}
 
 
 _backends: dict[tuple[object, ...], Backend] = {}

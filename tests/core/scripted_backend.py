@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kinetic_core import registry
-from kinetic_core.backends import BackendState, LaunchSpec
+from kinetic_core.backends import BackendState, LaunchSpec, PlainKind
 
 NAME = "scripted"
 
@@ -68,8 +68,11 @@ class ScriptedBackend:
         time.sleep(timeout)  # the backend's own wait, as LocalBackend's plain sleep
 
 
+KIND = PlainKind(ScriptedBackend)
+
+
 def register(monkeypatch: pytest.MonkeyPatch) -> type[ScriptedBackend]:
     """Make ``backend="scripted"`` resolve to ScriptedBackend for this test."""
-    monkeypatch.setitem(registry.BACKENDS, NAME, f"{__name__}:ScriptedBackend.from_target")
+    monkeypatch.setitem(registry.BACKENDS, NAME, f"{__name__}:KIND")
     ScriptedBackend.reset()
     return ScriptedBackend

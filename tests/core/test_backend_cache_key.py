@@ -4,15 +4,13 @@ asked at every call: what the environment holds now counts (a rotated signing ke
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import kinetic_core as kc
 from kinetic_core import registry
-from kinetic_core.backends import get_backend
+from kinetic_core.backends import PlainKind, get_backend
 
 
 class KeyedBackend:
@@ -20,32 +18,14 @@ class KeyedBackend:
         self.target = target
 
 
-class KeyedKind:
-    """Keys on its storage and what ``KEYED_TOKEN`` holds now; owns no option."""
-
-    options: frozenset[str] = frozenset()
-    supports_volumes = False
-
-    def create(self, target: kc.Target) -> KeyedBackend:
-        return KeyedBackend(target)
+class KeyedKind(PlainKind):
+    """Keys on its storage and what ``KEYED_TOKEN`` holds now."""
 
     def cache_key(self, target: kc.Target) -> tuple[object, ...]:
         return (target.storage, os.environ.get("KEYED_TOKEN"))
 
-    def check_options(self, target: kc.Target) -> None:
-        pass
 
-    def job_object_name(self, job_id: str) -> str | None:
-        return None
-
-    def links(self, job_id: str, target: Mapping[str, Any]) -> dict[str, str]:
-        return {}
-
-    def driver_overlay(self, target: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-        return {}
-
-
-KIND = KeyedKind()
+KIND = KeyedKind(KeyedBackend)
 
 
 @pytest.fixture

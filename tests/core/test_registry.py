@@ -12,7 +12,7 @@ import pytest
 
 import kinetic_core as kc
 from kinetic_core import config, registry
-from kinetic_core.backends import Backend, BackendKind, get_backend
+from kinetic_core.backends import Backend, BackendKind, PlainKind, get_backend
 from kinetic_core.storage import open_storage
 
 
@@ -23,32 +23,13 @@ class FakeBackend:
         self.target = target
 
 
-class FakeKind:
-    """The fake backend's kind: all the core asks of a backend without a connection."""
+class FakeKind(PlainKind):
+    """The fake backend's kind: it owns ``local_dir`` (all else as a plain kind)."""
 
     options = frozenset({"local_dir"})
-    supports_volumes = False
-
-    def create(self, target: kc.Target) -> FakeBackend:
-        return FakeBackend(target)
-
-    def cache_key(self, target: kc.Target) -> tuple[object, ...]:
-        return (target.storage,)
-
-    def check_options(self, target: kc.Target) -> None:
-        pass
-
-    def job_object_name(self, job_id: str) -> str | None:
-        return None
-
-    def links(self, job_id: str, target: Any) -> dict[str, str]:
-        return {}
-
-    def driver_overlay(self, target: Any, env: Any) -> dict[str, Any]:
-        return {}
 
 
-KIND = FakeKind()
+KIND = FakeKind(FakeBackend)
 
 
 def test_importing_the_registry_imports_no_backend_and_no_client_library() -> None:

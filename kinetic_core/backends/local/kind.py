@@ -6,17 +6,16 @@ Imported by every ``Target.validate``: keeps to the standard library until ``cre
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kinetic_core import signing
-from kinetic_core.backends import Backend, BackendKind
+from kinetic_core.backends import Backend, BackendKind, PlainKind
 
 if TYPE_CHECKING:
     from kinetic_core.config import Target
 
 
-class LocalKind:
+class LocalKind(PlainKind):
     """Jobs are detached processes on this machine, addressed by job id; no consoles."""
 
     options = frozenset({"local_dir"})
@@ -35,18 +34,6 @@ class LocalKind:
         from kinetic_core.backends.local.backend import default_local_dir
 
         return (default_local_dir(target), target.storage, signing.key_in_force(target.signing_key))
-
-    def check_options(self, target: Target) -> None:
-        """``local_dir`` is any folder; nothing to refuse before it is used."""
-
-    def job_object_name(self, job_id: str) -> str | None:
-        return None
-
-    def links(self, job_id: str, target: Mapping[str, Any]) -> dict[str, str]:
-        return {}
-
-    def driver_overlay(self, target: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-        return {}
 
 
 KIND: BackendKind = LocalKind()
