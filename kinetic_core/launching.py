@@ -18,13 +18,13 @@ from collections.abc import Callable
 from typing import IO
 
 from kinetic_core import layout
-from kinetic_core.backends import LaunchSpec, get_backend
+from kinetic_core.backends import Backend, LaunchSpec, get_backend
 from kinetic_core.config import Target
 from kinetic_core.errors import BackendError, KineticError, SubmissionError
 from kinetic_core.records import try_write_record
 from kinetic_core.storage import Storage
 
-__all__ = ["AttemptTaken", "create_attempt", "launch_spec"]
+__all__ = ["AttemptTaken", "check_launch", "create_attempt", "launch_spec"]
 
 
 def may_have_launched(exc: BaseException) -> bool:
@@ -59,6 +59,16 @@ def launch_spec(
     )
 
 
+def check_launch(spec: LaunchSpec) -> Backend:
+    """The backend of ``spec``, once it said it would launch it: a backend may refuse
+    before anything is written (a bad pod spec: ``ConfigError``)."""
+    backend = get_backend(spec.target)
+    check = getattr(backend, "check_launch", None)
+    if check is not None:
+        check(spec)
+    return backend
+
+
 def create_attempt(
     storage: Storage,
     spec: LaunchSpec,
@@ -77,10 +87,7 @@ def create_attempt(
     launched again, never created twice, and observers find the job if it runs.
     """
     job_id = spec.job_id
-    backend = get_backend(spec.target)
-    check_launch = getattr(backend, "check_launch", None)
-    if check_launch:  # a backend may refuse before anything is written (a bad pod spec)
-        check_launch(spec)
+    backend = check_launch(spec)
     # The local backend marks this process as the job's submitter until the launch is
     # done, so a job whose submitter dies half-way is known dead at once.
     submitting = getattr(backend, "submitting", None)

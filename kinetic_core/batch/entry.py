@@ -14,7 +14,7 @@ import cloudpickle
 from kinetic_core import layout
 from kinetic_core.batch.handle import DEFAULT_POLL_TIMEOUT, BatchHandle
 from kinetic_core.batch.records import read_manifest, signed_manifest
-from kinetic_core.batch.stager import reopen_if_failed, stage_children, start_driver
+from kinetic_core.batch.stager import check_driver, reopen_if_failed, stage_children, start_driver
 from kinetic_core.config import Target, validate_tags
 from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
 from kinetic_core.ids import key_digest, new_id, validate_id
@@ -121,6 +121,7 @@ def submit_map(
         "python_path": [p for p in sys.path if p],
         "workdir": os.getcwd(),
     }
+    check_driver(group_id, resolved)  # before anything is written
     storage = open_storage(resolved.storage or "")
     try:
         storage.write_bytes(

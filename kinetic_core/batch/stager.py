@@ -16,7 +16,9 @@ from kinetic_core import layout
 from kinetic_core.batch.driver import DRIVER_KEY, Driver, drive_batch, driver_target
 from kinetic_core.batch.records import BatchRecords, child_job_id
 from kinetic_core.config import Target
+from kinetic_core.ids import keyed_id
 from kinetic_core.jobs import JobHandle
+from kinetic_core.launching import check_launch, launch_spec
 from kinetic_core.states import JobStatus
 from kinetic_core.submission import prepare, submit
 
@@ -73,8 +75,20 @@ def start_driver(records: BatchRecords, target: Target) -> JobHandle:
         target=driver_target(target.to_dict(), target.signing_key),
         idempotency_key=DRIVER_KEY.format(group_id=records.group_id, round=records.rounds()),
         name=f"batch-driver-{records.manifest['name']}"[:60],
-        tags={"kinetic/batch-driver": records.group_id},
+        tags=_driver_tags(records.group_id),
     )
 
 
-__all__ = ["reopen_if_failed", "stage_children", "start_driver"]
+def check_driver(group_id: str, target: Target) -> None:
+    """Refuse, before the batch writes anything, a target its driver job could not run
+    with (on Kubernetes: a pod that gets no service-account token to reach the API)."""
+    driver = driver_target(target.to_dict(), target.signing_key).resolve()
+    job_id = keyed_id(DRIVER_KEY.format(group_id=group_id, round=0), 1)
+    check_launch(launch_spec(job_id, driver.storage or "", driver, _driver_tags(group_id)))
+
+
+def _driver_tags(group_id: str) -> dict[str, str]:
+    return {"kinetic/batch-driver": group_id}
+
+
+__all__ = ["check_driver", "reopen_if_failed", "stage_children", "start_driver"]

@@ -423,6 +423,9 @@ def test_a_detached_batch_whose_driver_gets_no_token_is_refused_up_front(
     target = replace(kube, pod_template={"spec": {"automountServiceAccountToken": False}})
     with pytest.raises(kc.ConfigError, match="automountServiceAccountToken"):
         kc.submit_map(k8s_fns.square, [(1,), (2,)], target=target)
+    # Refused before anything was written: no manifest, no staged child.
+    assert kc.list_batches(target=target) == []
+    assert kc.list_jobs(target=target) == []
 
 
 def test_a_driver_in_a_pod_uses_its_service_account_on_both_spellings() -> None:
