@@ -223,3 +223,13 @@ def test_a_resubmit_launches_the_job_its_killed_submitter_left_unlaunched(
     job = kc.submit(k8s_fns.square, (5,), target=kube, idempotency_key=key)
     assert job.reattached and job.attempt == 1
     assert job.result(timeout=60)["square"] == 25
+
+
+def test_a_job_being_deleted_with_no_pod_left_is_not_pending() -> None:
+    """After a foreground delete the Job object outlives its pods for a moment: it is not
+    a Job waiting for its controller to make a pod (a cancelled job must read stopped)."""
+    from kinetic_core.backends.kubernetes.states import job_state
+
+    deleting = {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {}}
+    assert job_state(deleting, []).phase == "not_found"
+    assert job_state({"metadata": {}, "status": {}}, []).phase == "pending"

@@ -243,6 +243,8 @@ def _ended_state(job: dict[str, Any], pod: dict[str, Any] | None) -> BackendStat
         return _terminated_state(terminated, started, finished, cond.get("message"))
     if terminated:
         return _terminated_state(terminated, started, finished, None)
+    if job.get("metadata", {}).get("deletionTimestamp"):  # no pod left, none to come
+        return BackendState("not_found", message="the Kubernetes Job is being deleted")
     return BackendState("pending", started_at=started)  # the Job controller makes its pod
 
 
