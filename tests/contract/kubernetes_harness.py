@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,22 +114,24 @@ class KubernetesHarness(Harness):
         )
         until(f"Job {job_name(job_id)} to go", lambda: not self._jobs(job_id))
 
-    @contextlib.contextmanager
-    def transient_launch_fault(self) -> Iterator[Fault]:
+    def transient_launch_fault(self) -> contextlib.AbstractContextManager[Fault]:
         """The next few sends to the API server are reset (never reach it)."""
-        fault = Fault(f"the next {TRANSIENT_RESETS} sends to the API server reset")
-        self.proxy.reset_next(TRANSIENT_RESETS)
-        try:
-            yield fault
-        finally:
-            fault.injected = self.proxy.resets
-            self.proxy.clear()
+        return self._resets(
+            f"the next {TRANSIENT_RESETS} sends to the API server reset",
+            lambda: self.proxy.reset_next(TRANSIENT_RESETS),
+        )
+
+    def lasting_launch_fault(self) -> contextlib.AbstractContextManager[Fault]:
+        """Every send to the API server is reset until the block ends."""
+        return self._resets(
+            "every send to the API server reset", lambda: self.proxy.reset_all(True)
+        )
 
     @contextlib.contextmanager
-    def lasting_launch_fault(self) -> Iterator[Fault]:
-        """Every send to the API server is reset until the block ends."""
-        fault = Fault("every send to the API server reset")
-        self.proxy.reset_all(True)
+    def _resets(self, what: str, arm: Callable[[], None]) -> Iterator[Fault]:
+        """The proxy resets sends as ``arm`` sets it, inside the block; the fault counts them."""
+        fault = Fault(what)
+        arm()
         try:
             yield fault
         finally:
