@@ -16,6 +16,8 @@ import pickle
 import struct
 import sys
 import threading
+import types
+from collections import ChainMap
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
@@ -49,6 +51,26 @@ def _signed_fields(header: dict[str, Any]) -> dict[str, Any]:
     return {k: header.get(k) for k in _SIGNED}
 
 
+def _code_keeping_filename(code: types.CodeType) -> tuple[Any, ...]:
+    """cloudpickle's reduction of a code object, with the code's own file name where
+    cloudpickle >= 3.1.3 writes ``"<dynamic-code>"``: a remote traceback then names the
+    file and line of the user's function (and shows the line where that file exists)."""
+    cls, args = _CLOUDPICKLE_CODE_REDUCE(code)
+    return cls, tuple(code.co_filename if arg == DYNAMIC_CODE else arg for arg in args)
+
+
+DYNAMIC_CODE = "<dynamic-code>"
+_CLOUDPICKLE_CODE_REDUCE = cloudpickle.Pickler.dispatch_table[types.CodeType]
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle's pickler; by-value functions keep the file name of their code."""
+
+    dispatch_table = ChainMap(
+        {types.CodeType: _code_keeping_filename}, cloudpickle.Pickler.dispatch_table
+    )
+
+
 def dump_envelope(
     fh: IO[bytes],
     obj: Any,
@@ -71,7 +93,7 @@ def dump_envelope(
     with _by_value_lock:  # cloudpickle's by-value registry is process-global
         registered = [m for m in map(_register_by_value, modules) if m is not None]
         try:
-            cloudpickle.Pickler(writer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+            _Pickler(writer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
             digests = writer.finish()
         except StorageError:
             raise

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+import cloudpickle
 import pytest
 
 import kinetic_core as kc
@@ -153,3 +154,24 @@ def test_version_skew_is_explained() -> None:
     note = skew_note({"python": "3.9", "cloudpickle": "1.0"})
     assert "Python 3.9" in note and "cloudpickle 1.0" in note and "same Python minor" in note
     assert skew_note({}) == ""
+
+
+def test_a_function_pickled_by_value_keeps_the_file_name_of_its_code() -> None:
+    """cloudpickle 3.1.3 writes ``<dynamic-code>`` as the file of by-value code, so remote
+    tracebacks lost the user's file and source lines (the Airflow 3.0 suite's remote-
+    traceback test failed on it); the envelope's pickler keeps the real file name."""
+    import io
+    import pickle
+
+    from kinetic_core.payload import _Pickler
+    from tests.core import jobfns
+
+    cloudpickle.register_pickle_by_value(jobfns)
+    try:
+        buffer = io.BytesIO()
+        _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(jobfns.fail)
+    finally:
+        cloudpickle.unregister_pickle_by_value(jobfns)
+    loaded = pickle.loads(buffer.getvalue())
+    assert loaded is not jobfns.fail  # by value: rebuilt from its code
+    assert loaded.__code__.co_filename == jobfns.fail.__code__.co_filename
