@@ -346,11 +346,19 @@ def _files_holding(secret: bytes, root: Path) -> list[str]:
     return found
 
 
+@pytest.mark.parametrize("given_as", ["content", "path"])
 def test_a_client_key_in_kubeconfig_content_never_reaches_a_file(
-    k8s_cluster: Any, kube: kc.Target
+    k8s_cluster: Any, kube: kc.Target, tmp_path: Path, given_as: str
 ) -> None:
+    """Given as content (a connection, a block) or as the path of a kubeconfig file (the
+    usual ~/.kube/config): the client key and certificate are read from memory, never
+    from a file the client writes."""
     content, key = k8s_cluster.client_cert_kubeconfig()
-    target = replace(kube, kubeconfig=content)
+    if given_as == "path":
+        (tmp_path / "kubeconfig").write_text(content)
+        target = replace(kube, kubeconfig=str(tmp_path / "kubeconfig"))
+    else:
+        target = replace(kube, kubeconfig=content)
     backend = KubernetesBackend(target.resolve())
     assert backend.poll(["no-such-job"])["no-such-job"].phase == "not_found"  # a real call
     from kubernetes.config import kube_config

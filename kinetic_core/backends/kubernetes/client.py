@@ -200,22 +200,35 @@ def permission_denied(body: str, method: str, path: str, namespace: str) -> Perm
     )
 
 
-def _parse_kubeconfig(content: str) -> dict[str, Any]:
-    """The kubeconfig content as a dict; a ConfigError that quotes none of it (it is secret)."""
+def _parse_kubeconfig(content: str, source: str = "content") -> dict[str, Any]:
+    """The kubeconfig as a dict; a ConfigError that quotes none of it (it is secret).
+    ``source`` names it in the error: "content", or the file's path."""
     import yaml
 
+    fix = "paste the whole kubeconfig file" if source == "content" else "check that file"
     try:
         data = yaml.safe_load(content)
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         at = f" (line {line + 1})" if line is not None else ""
-        raise ConfigError(
-            f"The kubeconfig content is not valid YAML{at}: paste the whole kubeconfig file."
-        ) from None
+        raise ConfigError(f"The kubeconfig {source} is not valid YAML{at}: {fix}.") from None
     if not isinstance(data, dict) or "clusters" not in data:
-        raise ConfigError(
-            "The kubeconfig content is not a kubeconfig (no 'clusters'): paste the whole file."
-        )
+        raise ConfigError(f"The kubeconfig {source} is not a kubeconfig (no 'clusters'): {fix}.")
+    return data
+
+
+def _read_kubeconfig_file(path: str) -> dict[str, Any]:
+    """A kubeconfig file as a dict, its relative file references (a CA, a client key made
+    relative to the file, as the official client reads them) made absolute."""
+    with open(path) as fh:
+        data = _parse_kubeconfig(fh.read(), path)
+    base = os.path.dirname(os.path.abspath(path))
+    for section, key, field in _FILE_FIELDS:
+        for entry in data.get(section) or []:
+            inner = (entry or {}).get(key) or {}
+            value = inner.get(field)
+            if isinstance(value, str) and value and not os.path.isabs(value):
+                inner[field] = os.path.join(base, value)
     return data
 
 
@@ -285,17 +298,17 @@ class KubeClient:
                         cfg = client.Configuration()
                         config.load_incluster_config(client_configuration=cfg)
                         self._api = client.ApiClient(cfg)
-                    elif (content := kubeconfig_content(self.kubeconfig)) is not None:
-                        data, self._fds = in_memory_files(_parse_kubeconfig(content))
+                    else:
+                        if (content := kubeconfig_content(self.kubeconfig)) is not None:
+                            data = _parse_kubeconfig(content)
+                        else:  # KUBECONFIG read now, not when the client module was imported
+                            default = os.environ.get("KUBECONFIG", "~/.kube/config")
+                            path = self.kubeconfig
+                            if path is None or is_reference(path):  # content never seen here
+                                path = default.split(os.pathsep)[0]
+                            data = _read_kubeconfig_file(os.path.expanduser(path))
+                        data, self._fds = in_memory_files(data)
                         self._api = config.new_client_from_config_dict(data, context=self.context)
-                    else:  # KUBECONFIG read now, not when the client module was imported
-                        default = os.environ.get("KUBECONFIG", "~/.kube/config")
-                        path = self.kubeconfig
-                        if path is None or is_reference(path):  # content this process never saw
-                            path = default.split(os.pathsep)[0]
-                        self._api = config.new_client_from_config(
-                            config_file=os.path.expanduser(path), context=self.context
-                        )
                     self._api.user_agent = USER_AGENT
                 except ConfigError:
                     raise
