@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from kinetic_core import ids, layout
+from kinetic_core import ids, layout, signing
 from kinetic_core.backends import Backend, BackendState, get_backend, running
 from kinetic_core.config import Target
 from kinetic_core.errors import BackendError, KineticError
@@ -31,7 +30,7 @@ from kinetic_core.ids import keyed_id
 from kinetic_core.launching import AttemptTaken, create_attempt, launch_spec
 from kinetic_core.payload import rebind_envelope
 from kinetic_core.records import read_json, write_record
-from kinetic_core.states import JobState, JobStatus
+from kinetic_core.states import RECOVERING, JobState, JobStatus
 from kinetic_core.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -106,7 +105,7 @@ def advance(
                 out[i] = dataclasses.replace(
                     out[i],
                     status=JobStatus.PENDING,
-                    reason="Recovering",
+                    reason=RECOVERING,
                     message=str(exc),
                     finished_at=None,
                 )
@@ -188,7 +187,7 @@ def _start(storage: Storage, ref: Any, state: JobState) -> Any:
     """Create and launch the next attempt, or find (and launch) the one a racing observer
     or an interrupted earlier try created. ``superseded.json`` names it only once the
     backend took it, so nobody follows an attempt that may never run."""
-    signing_key = getattr(ref, "signing_key", None) or os.environ.get("KINETIC_SIGNING_KEY") or None
+    signing_key = signing.key_in_force(getattr(ref, "signing_key", None))
     target = dataclasses.replace(Target.from_stored(ref.target), signing_key=signing_key)
     _stop_old_attempt(get_backend(target), ref)
     record = {

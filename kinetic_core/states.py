@@ -14,6 +14,9 @@ from typing import Any
 #: Reason of a job whose handle exists but that no backend has yet: its launch is under way
 #: (or its submitter died before it; an idempotent resubmit launches it again).
 SUBMITTING = "Submitting"
+#: Reason of a job whose attempt ended recoverably while its processes still stop: the next
+#: attempt starts once they are gone.
+RECOVERING = "Recovering"
 
 
 class JobStatus(StrEnum):
