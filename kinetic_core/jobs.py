@@ -371,10 +371,10 @@ class JobHandle:
         """
         if backend:
             self.cancel()  # the attempt that runs now; False (nothing done) once ended
-        st = self._storage()
+        st, attempts_backend = self._storage(), backend_for(self)
         for job_id, _ in self._attempts():
             if backend:
-                backend_for(self).delete(job_id)
+                attempts_backend.delete(job_id)
             if storage:
                 for name in layout.ENVELOPES:
                     st.delete(layout.job_file(job_id, name))

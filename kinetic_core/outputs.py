@@ -46,29 +46,31 @@ def folder(storage: Storage, job_id: str) -> str:
     return in_place or os.path.join(local_root(job_id), "out")
 
 
-def prepare(storage: Storage, job_id: str) -> str:
-    """Create the output folder, seed it from an earlier attempt, export the env vars."""
+def prepare(storage: Storage, job_id: str, handle: dict[str, Any] | None) -> str:
+    """Create the output folder, seed it from an earlier attempt, export the env vars.
+    ``handle`` is the job's ``handle.json`` as the runner read it (None: unreadable)."""
     out = folder(storage, job_id)
     for path in (os.path.dirname(out), out):  # makedirs' mode covers the leaf only
         os.makedirs(path, mode=0o700, exist_ok=True)
-    inherit_checkpoint(storage, job_id, out)
+    inherit_checkpoint(storage, job_id, out, handle)
     os.environ["KINETIC_OUTPUT_DIR"] = out
     os.environ["KINETIC_OUTPUT_URI"] = storage.location(layout.outputs(job_id))
     os.environ["KINETIC_JOB_STORAGE"] = storage.uri
     return out
 
 
-def inherit_checkpoint(storage: Storage, job_id: str, dest: str) -> str | None:
+def inherit_checkpoint(
+    storage: Storage, job_id: str, dest: str, handle: dict[str, Any] | None
+) -> str | None:
     """Copy into ``dest`` the outputs of the latest earlier attempt of this job's
     idempotency key that has any; return that attempt's job id (None: nothing to inherit).
 
     Works however attempt N+1 was created (a resubmit, a batch child retry, a recovery):
-    it only needs ``handle.json``, whose key and attempt must name this very job id.
-    Files already in ``dest`` are kept (a restarted runner of the same attempt).
+    it only needs ``handle`` (the job's ``handle.json``), whose key and attempt must name
+    this very job id. Files already in ``dest`` are kept (a restarted runner of the same
+    attempt).
     """
-    try:
-        handle = json.loads(storage.read_bytes(layout.job_file(job_id, layout.HANDLE)))
-    except (FileNotFoundError, ValueError):
+    if handle is None:
         return None
     key, attempt = handle.get("idempotency_key"), handle.get("attempt")
     if not isinstance(key, str) or not isinstance(attempt, int) or attempt < 2:

@@ -63,7 +63,8 @@ def run_job(storage_uri: str, job_id: str) -> int:
             f"kinetic: job {job_id} is already {decided['status']}; not running it", file=sys.stderr
         )
         return 1
-    other = _other_attempt(storage, job_id)
+    handle = read_json(storage, layout.job_file(job_id, layout.HANDLE))
+    other = _other_attempt(storage, job_id, handle)
     if other is not None:
         print(f"kinetic: job {job_id} is not run: {other}", file=sys.stderr)
         return REFUSED_EXIT_CODE
@@ -74,7 +75,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
         call = _load_call(storage, job_id, signing_key)
         os.environ.update(call.get("env") or {})
         os.environ["KINETIC_JOB_ID"] = job_id
-        outputs.prepare(storage, job_id)
+        outputs.prepare(storage, job_id, handle)
         args, kwargs = _arrive(call, storage, job_id)
         phase = "run"
         notice.install()  # SIGTERM (preemption, cancel, deadline): checkpoint, then stop
@@ -98,7 +99,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
     return 0 if body["success"] else int(body.get("exit_code") or 1)
 
 
-def _other_attempt(storage: Storage, job_id: str) -> str | None:
+def _other_attempt(storage: Storage, job_id: str, handle: dict[str, Any] | None) -> str | None:
     """Why another attempt of this job's key may run instead of this one, or None.
 
     A recovery starts attempt n+1 only once attempt n has ended and its processes are
@@ -106,8 +107,7 @@ def _other_attempt(storage: Storage, job_id: str) -> str | None:
     created again from an old Job, a node that comes back from a partition)."""
     if read_json(storage, layout.job_file(job_id, layout.SUPERSEDED)) is not None:
         return "a later attempt of it was started already"
-    handle = read_json(storage, layout.job_file(job_id, layout.HANDLE)) or {}
-    earlier = handle.get("recovered_from")
+    earlier = (handle or {}).get("recovered_from")
     if isinstance(earlier, str) and read_outcome(storage, earlier) is None:
         return f"the attempt it recovers ({earlier}) has not ended"
     return None

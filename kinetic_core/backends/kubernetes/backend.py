@@ -181,12 +181,7 @@ class KubernetesBackend:
         """Best effort: delete what a failed submit created (an outage or a missing verb
         leaves it labelled with the job id, where cancel and cleanup find it)."""
         try:
-            self.client.call(
-                "DELETE",
-                path,
-                query={"propagationPolicy": "Background"},
-                what=f"undo {what}",
-            )
+            self._delete(what, path, {"propagationPolicy": "Background"})
         except (BackendError, ConfigError) as exc:
             log.warning("kinetic: could not take back %s of a failed submit: %s", what, exc)
 
