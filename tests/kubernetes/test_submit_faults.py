@@ -82,25 +82,31 @@ def _wait_running(job: kc.JobHandle) -> None:
             return
 
 
+def _submit_without(
+    k8s_cluster: Any, kube: kc.Target, verb: str, resource: str
+) -> tuple[kc.PermissionDenied, str]:
+    """Submit as service account ``no-{resource}-{verb}``, whose Role lacks that verb; the
+    PermissionDenied it raises and the job id the submit would have created."""
+    content = k8s_cluster.service_account_kubeconfig(
+        f"no-{resource}-{verb}", _without(verb, resource)
+    )
+    target = replace(kube, kubeconfig=content, signing_key=KEY)
+    key = f"rbac-{os.urandom(4).hex()}"
+    with pytest.raises(kc.PermissionDenied) as raised:
+        kc.submit(k8s_fns.square, (3,), target=target, idempotency_key=key)
+    return raised.value, keyed_id(key, 1)
+
+
 # ---- case 3: a Role without `secrets: create` -----------------------------------------------
 
 
 def test_submit_without_secrets_create_leaves_nothing_and_names_the_permission(
     k8s_cluster: Any, kube: kc.Target
 ) -> None:
-    content = k8s_cluster.service_account_kubeconfig(
-        "no-secrets-create", _without("create", "secrets")
-    )
-    target = replace(kube, kubeconfig=content, signing_key=KEY)
-    key = f"rbac-{os.urandom(4).hex()}"
-    with pytest.raises(kc.ConfigError) as raised:
-        kc.submit(k8s_fns.square, (3,), target=target, idempotency_key=key)
-    job_id = keyed_id(key, 1)
+    error, job_id = _submit_without(k8s_cluster, kube, "create", "secrets")
     assert _objects(_admin(kube), job_id) == {}, "a failed submit left objects behind"
     assert not (_store(kube) / "jobs" / job_id / "handle.json").exists()
-    error = raised.value
-    assert type(error).__name__ == "PermissionDenied", error
-    assert isinstance(error, kc.PermissionDenied)
+    assert isinstance(error, kc.ConfigError)
     assert (error.verb, error.resource, error.namespace) == ("create", "secrets", "default")
     assert error.user == "system:serviceaccount:default:no-secrets-create"
     message = str(error)
@@ -111,29 +117,19 @@ def test_submit_without_secrets_create_leaves_nothing_and_names_the_permission(
 def test_submit_without_jobs_create_takes_its_secret_back(
     k8s_cluster: Any, kube: kc.Target
 ) -> None:
-    content = k8s_cluster.service_account_kubeconfig("no-jobs-create", _without("create", "jobs"))
-    target = replace(kube, kubeconfig=content, signing_key=KEY)
-    key = f"rbac-{os.urandom(4).hex()}"
-    with pytest.raises(kc.PermissionDenied) as raised:
-        kc.submit(k8s_fns.square, (3,), target=target, idempotency_key=key)
-    assert (raised.value.verb, raised.value.resource) == ("create", "jobs")
-    assert _objects(_admin(kube), keyed_id(key, 1)) == {}
+    error, job_id = _submit_without(k8s_cluster, kube, "create", "jobs")
+    assert (error.verb, error.resource) == ("create", "jobs")
+    assert _objects(_admin(kube), job_id) == {}
 
 
 def test_submit_without_secrets_patch_takes_its_job_back(k8s_cluster: Any, kube: kc.Target) -> None:
-    content = k8s_cluster.service_account_kubeconfig(
-        "no-secrets-patch", _without("patch", "secrets")
-    )
-    target = replace(kube, kubeconfig=content, signing_key=KEY)
-    key = f"rbac-{os.urandom(4).hex()}"
-    with pytest.raises(kc.PermissionDenied) as raised:
-        kc.submit(k8s_fns.square, (3,), target=target, idempotency_key=key)
-    assert (raised.value.verb, raised.value.resource) == ("patch", "secrets")
+    error, job_id = _submit_without(k8s_cluster, kube, "patch", "secrets")
+    assert (error.verb, error.resource) == ("patch", "secrets")
     admin = _admin(kube)
     for _ in poll_ticks(interval=0.5, timeout=30, describe=lambda: "the undone pods to go"):
-        if not _objects(admin, keyed_id(key, 1)):
+        if not _objects(admin, job_id):
             break
-    assert _objects(admin, keyed_id(key, 1)) == {}
+    assert _objects(admin, job_id) == {}
 
 
 # ---- case 7: cancel without `jobs: delete` --------------------------------------------------
