@@ -113,6 +113,10 @@ def test_an_observer_verifies_a_job_launched_elsewhere_with_the_key_in_force(
         return state.phase, state.message or ""
 
     monkeypatch.setenv("KINETIC_SIGNING_KEY", "key-a")
+    # wait() returns once the runner decided; its supervisor records the exit just after.
+    for _ in poll_ticks(interval=0.05, timeout=30, describe=lambda: "the job's exit record"):
+        if phase()[0] != "running":
+            break
     assert phase()[0] == "exited"
     monkeypatch.setenv("KINETIC_SIGNING_KEY", "key-b")
     assert phase() == (
