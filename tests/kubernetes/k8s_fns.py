@@ -163,3 +163,27 @@ def journaled(path: str, shutdown_seconds: float) -> str:
         time.sleep(600)  # until its pod or Job is deleted
     log("done")
     return job_id
+
+
+def resumable_in_outputs(workdir: str, steps: int = 10) -> dict[str, object]:
+    """Checkpoints each step in its own output folder (KINETIC_OUTPUT_DIR, which a
+    recovered attempt starts with); appends "<job id> <first step>" to ``workdir/starts``
+    at each run (counts runs across attempts). The first run stops half-way and waits for
+    its node to go."""
+    job_id = os.environ["KINETIC_JOB_ID"]
+    checkpoint = os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "checkpoint")
+    start = 0
+    if os.path.exists(checkpoint):
+        with open(checkpoint) as fh:
+            start = int(fh.read())
+    with open(os.path.join(workdir, "starts"), "a") as fh:
+        fh.write(f"{job_id} {start}\n")
+    for step in range(start, steps):
+        with open(checkpoint + ".tmp", "w") as fh:
+            fh.write(str(step + 1))
+        os.replace(checkpoint + ".tmp", checkpoint)
+        if start == 0 and step + 1 == steps // 2:
+            with open(os.path.join(workdir, "halfway"), "w") as fh:
+                fh.write(job_id)
+            time.sleep(600)  # until its node goes
+    return {"resumed_from": start, "job_id": job_id}

@@ -1,6 +1,10 @@
 """What a Job and its pods mean: ``job_state`` turns them into a BackendState whose reason a
 person can act on (Unschedulable, ImagePullBackOff, OOMKilled, DeadlineExceeded, Preempted).
 
+A Job that failed while none of its pods is left (each was removed with its node: a
+reclaimed spot VM, a node the autoscaler removed, and the pod GC) reads ``Preempted``;
+status resolution gives a runner's recorded outcome precedence over it.
+
 A running pod whose node stopped reporting (node Ready=Unknown/False or tainted
 unreachable) reads RUNNING with reason ``NodeUnreachable``, then, past
 ``NODE_LOST_GRACE``, ``gone`` with reason ``NodeLost``: status resolution makes that a
@@ -230,6 +234,10 @@ def _ended_state(job: dict[str, Any], pod: dict[str, Any] | None) -> BackendStat
     finished = _ts(status.get("completionTime")) or _ts(terminated.get("finishedAt"))
 
     exited = partial(BackendState, "exited", started_at=started, finished_at=finished)
+    deleting = bool(job.get("metadata", {}).get("deletionTimestamp"))
+    being_deleted = partial(
+        BackendState, "not_found", message="the Kubernetes Job is being deleted"
+    )
     disruption = disrupted(pod_status)
     if disruption is not None:
         return exited(exit_code=exit_code, reason="Preempted", message=disruption)
@@ -240,12 +248,31 @@ def _ended_state(job: dict[str, Any], pod: dict[str, Any] | None) -> BackendStat
         if cond.get("reason") == "DeadlineExceeded":
             message = cond.get("message") or "activeDeadlineSeconds exceeded"
             return exited(exit_code=exit_code, reason="DeadlineExceeded", message=message)
+        if pod is None:  # someone deletes the Job (issue 25), or its node took the pod
+            return (
+                being_deleted() if deleting else exited(reason="Preempted", message=_vanished(cond))
+            )
         return _terminated_state(terminated, started, finished, cond.get("message"))
     if terminated:
         return _terminated_state(terminated, started, finished, None)
-    if job.get("metadata", {}).get("deletionTimestamp"):  # no pod left, none to come
-        return BackendState("not_found", message="the Kubernetes Job is being deleted")
+    if deleting:  # no pod left, none to come
+        return being_deleted()
     return BackendState("pending", started_at=started)  # the Job controller makes its pod
+
+
+def _vanished(failed: dict[str, Any]) -> str:
+    """Why a failed Job without a pod was preempted. Nothing but the node's going removes
+    a failed pod while its Job lives: a reclaimed spot VM (or a node the autoscaler
+    removed) takes its pods with it, the pod GC deleting them, and the Job controller
+    has counted them failed (GKE's counts a removed pod as failed by itself). A user's
+    deletion of the Job shows as its deletionTimestamp (not_found once its pods are
+    gone); a runner that recorded its end in storage is decided by that record."""
+    why = ": ".join(w for w in (failed.get("reason"), failed.get("message")) if w)
+    return (
+        f"the Job failed ({why or 'Failed'}) and its pod is gone: removed with its node "
+        "(a spot VM reclaimed, or the node removed by the autoscaler) before its end "
+        "was read"
+    )
 
 
 def _missing_secret(

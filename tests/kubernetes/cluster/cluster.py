@@ -523,13 +523,33 @@ class TestCluster:
         self._spawn("node-agent", self._argv["node-agent"])
         self._wait("node-agent", lambda: self.agent_control("healthz") == "ok", 60)
 
-    def agent_control(self, action: str, **params: str | int) -> str:
+    def delete_node(self, node: str, grace: float = 15, disruption_target: bool = True) -> None:
+        """A spot VM reclaimed (or a node removed by the autoscaler), as GKE does it: the
+        node's pods shut down gracefully (SIGTERM, SIGKILL after ``grace`` s), the Node
+        object deleted, its pods garbage-collected; ``disruption_target``: the pods carry
+        the ``DisruptionTarget`` condition as on GKE 1.26+ (see node_agent.delete_node).
+        Returns once the node and its pods are gone; ``restore_node`` brings it back."""
+        self.agent_control(
+            "delete-node",
+            timeout=grace + 120,
+            node=node,
+            grace=grace,
+            condition=int(disruption_target),
+        )
+
+    def restore_node(self, node: str) -> None:
+        """A deleted or lost node back under its name (the autoscaler's replacement VM, a
+        partition healed); returns once every node is Ready and schedulable again."""
+        self.agent_control("restore-node", node=node)
+        self._wait("node-agent", self._nodes_ready, 60, what="all nodes Ready")
+
+    def agent_control(self, action: str, timeout: float = 30, **params: str | int | float) -> str:
         """Ask the node agent to simulate a fault (see node_agent.CONTROL_ACTIONS)."""
         query = "&".join(f"{k}={v}" for k, v in params.items())
         path = "healthz" if action == "healthz" else f"kinetic/{action}"
         url = f"https://127.0.0.1:{self.agent_port}/{path}" + (f"?{query}" if query else "")
         try:
-            with urllib.request.urlopen(url, timeout=30, context=self._ssl) as resp:
+            with urllib.request.urlopen(url, timeout=timeout, context=self._ssl) as resp:
                 return str(resp.read().decode())
         except urllib.error.HTTPError as exc:
             raise ClusterError(f"node agent refused {action}: {exc.read().decode()}") from exc

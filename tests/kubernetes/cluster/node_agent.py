@@ -17,6 +17,10 @@ kubelet's part of the contract with the API server closely enough for batch/v1 J
   grace period capped at GKE's 15 s, pod ``Failed`` with reason ``Terminated`` as the 1.20
   kubelet sets it, no DisruptionTarget condition) or ``evict`` (SIGKILL at once, reason
   ``Evicted``, as the kubelet's eviction manager under node pressure);
+* does what GKE does when a spot VM is reclaimed or the autoscaler removes a node, on
+  request through its control endpoint (``delete-node``): graceful node shutdown of the
+  node's pods, the Node object deleted, its pods garbage-collected as the pod GC does
+  (see ``delete_node``);
 * serves ``/containerLogs/{ns}/{pod}/{container}`` over HTTPS, so ``read_namespaced_pod_log``
   works through the API server (follow, tailLines, timestamps, sinceSeconds, limitBytes).
 
@@ -64,11 +68,15 @@ UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 DISRUPT_ANNOTATION = "kinetic.test/disrupt"
 SPOT_GRACE = 15  # seconds GKE gives a spot VM's pods before the node goes
+# How long the pod GC stand-in waits for the Job controller to count a pod it failed.
+JOB_COUNT_WAIT = 30.0
+# What 1.26+ kubelets (graceful node shutdown) and the pod GC (a pod whose node no longer
+# exists) add to a pod they stop: the DisruptionTarget condition, words as upstream's.
+SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+BY_KUBELET = {"reason": "TerminationByKubelet", "message": SHUTDOWN_MESSAGE}
+BY_POD_GC = {"reason": "DeletionByPodGC", "message": "PodGC: node no longer exists"}
 DISRUPTIONS = {
-    "reclaim": {
-        "reason": "Terminated",
-        "message": "Pod was terminated in response to imminent node shutdown.",
-    },
+    "reclaim": {"reason": "Terminated", "message": SHUTDOWN_MESSAGE},
     "evict": {"reason": "Evicted", "message": "The node was low on resource: memory."},
 }
 # What a container image provides: the interpreter and its packages. Nothing else of the
@@ -267,6 +275,8 @@ class PodRun:
     lost: bool = False  # its node was lost: the process died with nothing reported
     #: Pod-level reason/message of a simulated disruption, reported with the exit.
     disruption: dict[str, str] = field(default_factory=dict)
+    #: Conditions a disruption adds to the final status (DisruptionTarget on 1.26+).
+    disruption_conditions: list[dict[str, str]] = field(default_factory=list)
 
 
 class Agent:
@@ -288,6 +298,7 @@ class Agent:
         # Simulated faults (see CONTROL_ACTIONS): final status updates to fail, lost nodes.
         self.failing_status_updates = 0
         self.lost_nodes: set[str] = set()
+        self.deleted_nodes: set[str] = set()  # Node objects deleted (a reclaimed spot VM)
 
     # ---- nodes ----------------------------------------------------------------------------
 
@@ -337,27 +348,31 @@ class Agent:
     def register_nodes(self) -> None:
         """Create (or re-create) each Node, then set its status and Lease."""
         for spec in self.nodes.values():
-            labels = {
-                "kubernetes.io/hostname": spec.name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                **spec.labels,
-            }
-            body = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": spec.name, "labels": labels},
-                "spec": {"taints": spec.taints} if spec.taints else {},
-            }
-            try:
-                self.kube.request("POST", "/api/v1/nodes", body)
-            except KubeError as exc:
-                if exc.status != 409:
-                    raise
-                self.kube.patch(f"/api/v1/nodes/{spec.name}", {"metadata": {"labels": labels}})
-            self._patch_node_status(spec)
-            self._renew_lease(spec.name)
-            log.info("registered node %s", spec.name)
+            self._register(spec)
+
+    def _register(self, spec: NodeSpec) -> None:
+        """Create (or re-create) one Node, then set its status and Lease."""
+        labels = {
+            "kubernetes.io/hostname": spec.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            **spec.labels,
+        }
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": spec.name, "labels": labels},
+            "spec": {"taints": spec.taints} if spec.taints else {},
+        }
+        try:
+            self.kube.request("POST", "/api/v1/nodes", body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            self.kube.patch(f"/api/v1/nodes/{spec.name}", {"metadata": {"labels": labels}})
+        self._patch_node_status(spec)
+        self._renew_lease(spec.name)
+        log.info("registered node %s", spec.name)
 
     def _patch_node_status(self, spec: NodeSpec) -> None:
         status = self._node_status(spec)
@@ -386,8 +401,8 @@ class Agent:
         """Keep every node's Ready condition and Lease fresh so nothing gets evicted."""
         while not self.stopping.wait(HEARTBEAT_SECONDS):
             for spec in self.nodes.values():
-                if spec.name in self.lost_nodes:
-                    continue  # an unreachable node posts nothing
+                if spec.name in self.lost_nodes | self.deleted_nodes:
+                    continue  # an unreachable (or deleted) node posts nothing
                 try:
                     self._renew_lease(spec.name)
                     self._patch_node_status(spec)
@@ -421,7 +436,7 @@ class Agent:
     def handle(self, pod: dict[str, Any]) -> None:
         """Start, stop or finalize one pod according to its current state."""
         node = pod.get("spec", {}).get("nodeName")
-        if node not in self.nodes or node in self.lost_nodes:
+        if node not in self.nodes or node in self.lost_nodes | self.deleted_nodes:
             return
         meta = pod["metadata"]
         uid = meta["uid"]
@@ -599,7 +614,10 @@ class Agent:
             final = {
                 "phase": "Succeeded" if code == 0 and not run.disruption else "Failed",
                 **run.disruption,
-                "conditions": self._conditions(False, "PodCompleted"),
+                "conditions": [
+                    *self._conditions(False, "PodCompleted"),
+                    *run.disruption_conditions,
+                ],
                 "containerStatuses": [self._container_status(run, pod, state)],
             }
             self._report_final(run, final)
@@ -823,9 +841,117 @@ class Agent:
                 self._patch_status(run, {"conditions": [not_ready]})
         return "ok"
 
+    def delete_node(self, node: str, grace: str = str(SPOT_GRACE), condition: str = "1") -> str:
+        """What GKE does when it reclaims a spot VM (or the autoscaler removes a node),
+        step by step, each step as the upstream component does it:
+
+        1. graceful node shutdown (the kubelet): each pod's processes get SIGTERM, SIGKILL
+           after ``grace`` seconds (GKE gives non-system pods 15 s of the VM's 30 s notice),
+           and the pod is reported ``Failed`` with reason ``Terminated`` and the kubelet's
+           message; with ``condition`` also the ``DisruptionTarget`` condition (reason
+           ``TerminationByKubelet``), as 1.26+ kubelets add it. Pods of a lost node
+           (``lose-node``) are skipped: their processes died with it, nothing reported.
+        2. the Node object is deleted (the cloud node lifecycle controller, or the
+           cluster autoscaler removing the node);
+        3. the pod GC: every pod still bound to the node is patched ``Failed`` (with
+           ``condition``: ``DisruptionTarget`` reason ``DeletionByPodGC``) unless it is
+           terminal already, then force-deleted (grace 0), as 1.26+'s
+           ``gcOrphaned``/``markFailedAndDeletePodWithCondition`` does. Deterministic where
+           upstream is not: at once instead of after the 40 s quarantine and the 20 s GC
+           period, and only once the Job controller has counted the pod failed (1.20's
+           Job controller, which has no tracking finalizers, would otherwise replace a pod
+           that vanished; 1.26+'s counts a removed pod as failed by itself)."""
+        if node not in self.nodes:
+            raise ValueError(f"unknown node {node}")
+        disruption_target = condition.lower() in ("1", "true", "yes")
+        self._shut_down_pods(node, float(grace), disruption_target)
+        with self.lock:
+            self.deleted_nodes.add(node)
+        try:
+            self.kube.request("DELETE", f"/api/v1/nodes/{node}")
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+        log.info("node %s deleted", node)
+        pods = self.kube.request("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}")
+        for pod in pods["items"]:
+            self._gc_orphan(pod, disruption_target)
+        with self.lock:  # their processes are gone; a re-registered node starts afresh
+            for run in [r for r in self.runs.values() if r.node == node]:
+                del self.runs[run.uid]
+                if self.by_name.get((run.namespace, run.name)) is run:
+                    del self.by_name[(run.namespace, run.name)]
+        return "ok"
+
+    def _shut_down_pods(self, node: str, grace: float, disruption_target: bool) -> None:
+        """The kubelet's graceful node shutdown of every pod it runs on ``node``."""
+        with self.lock:
+            runs = [r for r in self.runs.values() if r.node == node and not r.lost]
+            for run in runs:
+                run.disruption = DISRUPTIONS["reclaim"]
+                if disruption_target:
+                    run.disruption_conditions = [_disruption_target(BY_KUBELET)]
+        threads = [threading.Thread(target=self._kill, args=(r, grace)) for r in runs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for run in runs:  # the final status is reported
+            if run.proc is not None:
+                run.done.wait(FINAL_STATUS_ATTEMPTS)
+
+    def _gc_orphan(self, pod: dict[str, Any], disruption_target: bool) -> None:
+        """The pod GC's handling of a pod whose node no longer exists (see delete_node)."""
+        meta = pod["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+            status: dict[str, Any] = {"phase": "Failed"}
+            if disruption_target:
+                status["conditions"] = [_disruption_target(BY_POD_GC)]
+            with contextlib.suppress(KubeError):
+                self.kube.patch(f"{path}/status", {"status": status})
+        self._wait_counted(pod)
+        options = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+        try:
+            self.kube.request("DELETE", path, options)
+            log.info("pod %s/%s garbage-collected with its node", meta["namespace"], meta["name"])
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    def _wait_counted(self, pod: dict[str, Any]) -> None:
+        """Until the pod's Job has counted a failed pod or ended (or is gone)."""
+        owners = [o for o in pod["metadata"].get("ownerReferences") or [] if o["kind"] == "Job"]
+        if not owners:
+            return
+        path = f"/apis/batch/v1/namespaces/{pod['metadata']['namespace']}/jobs/{owners[0]['name']}"
+        deadline = time.monotonic() + JOB_COUNT_WAIT
+        while time.monotonic() < deadline:
+            try:
+                status = self.kube.request("GET", path).get("status", {})
+            except KubeError as exc:
+                if exc.status == 404:
+                    return
+                raise
+            ended = any(
+                c.get("type") in ("Failed", "Complete") and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            )
+            if ended or status.get("failed"):
+                return
+            time.sleep(0.2)
+        log.warning("job %s never counted pod %s failed", path, pod["metadata"]["name"])
+
     def restore_node(self, node: str) -> str:
-        """The node is back: heartbeats resume, the taint goes, its pods are handled again."""
+        """The node is back (a lost node reachable again, or a deleted one replaced by the
+        autoscaler under the same name): heartbeats resume, the taint goes, its pods are
+        handled again."""
         spec = self.nodes[node]
+        with self.lock:
+            deleted = node in self.deleted_nodes
+            self.deleted_nodes.discard(node)
+        if deleted:
+            self._register(spec)
         self.kube.patch(f"/api/v1/nodes/{node}", {"spec": {"taints": spec.taints or None}})
         with self.lock:
             self.lost_nodes.discard(node)
@@ -1028,6 +1154,16 @@ def _in_mount_namespace(token_dir: str, argv: list[str]) -> list[str]:
     ]
 
 
+def _disruption_target(why: dict[str, str]) -> dict[str, str]:
+    """The pod condition 1.26+ components add to a pod they stop from outside."""
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "lastTransitionTime": now_rfc3339(),
+        **why,
+    }
+
+
 def _orphaned(pod: dict[str, Any]) -> bool:
     """Started (it has a startTime, which this agent sets first) and not finished: a pod of
     a previous agent's when this agent has no run for it."""
@@ -1047,6 +1183,8 @@ CONTROL_ACTIONS: dict[str, Any] = {
     # node unreachable: heartbeats stop, its pods' processes die unreported, Ready=Unknown
     "lose-node": lambda agent, node: agent.lose_node(node),
     "restore-node": lambda agent, node: agent.restore_node(node),
+    # a spot VM reclaimed / a node removed: graceful shutdown, Node deleted, pods GC'd
+    "delete-node": lambda agent, **params: agent.delete_node(**params),
 }
 
 
