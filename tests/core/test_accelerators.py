@@ -212,7 +212,8 @@ def test_num_hosts_from_the_environment() -> None:
         ({"accelerator": "tpu-v5p-16"}, r"'tpu-v5p-16' \(2 hosts x 4 chips, topology 2x2x2\)"),
         ({"accelerator": "tpu-v6e-16"}, r"'tpu-v6e-16' \(4 hosts x 4 chips"),
         ({"accelerator": "gpu-h100x8", "num_hosts": 2}, r"'gpu-h100x8' on 2 hosts"),
-        ({"num_hosts": 2}, r"on 2 hosts"),
+        ({"num_hosts": 2}, r"^2 hosts is a multi-host job"),
+        ({"backend": "local", "num_hosts": 2}, r"^2 hosts is a multi-host job"),
     ],
 )
 def test_a_multi_host_submit_is_refused_until_jobset_lands(
@@ -220,7 +221,7 @@ def test_a_multi_host_submit_is_refused_until_jobset_lands(
 ) -> None:
     """Never a silent single pod: the Kubernetes kind refuses at resolve, before a write."""
     with pytest.raises(kc.ConfigError, match=says) as info:
-        kc.Target(backend="kubernetes", **options).resolve(environ={})  # type: ignore[arg-type]
+        kc.Target(**{"backend": "kubernetes", **options}).resolve(environ={})  # type: ignore[arg-type]
     assert "multi-host slices need JobSet" in str(info.value)
     assert "tpu-v5e-8" in str(info.value)  # what the user can do meanwhile
 

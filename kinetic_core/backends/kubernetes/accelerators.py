@@ -238,4 +238,4 @@ def describe(shape: AcceleratorShape) -> str:
     """``'tpu-v5e-16' (4 hosts x 4 chips, topology 4x4)`` or ``'gpu-h100x8' on 2 hosts``."""
     if shape.kind == "tpu":
         return f"{shape.name!r} ({_hosts_text(shape)})"
-    return f"{shape.name or 'no accelerator'!r} on {shape.hosts} hosts"
+    return f"{shape.name!r} on {shape.hosts} hosts" if shape.name else f"{shape.hosts} hosts"

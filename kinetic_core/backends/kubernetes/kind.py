@@ -98,7 +98,7 @@ def check_single_host(target: Target) -> None:
     shape = accelerator_spec(target.accelerator, target.num_hosts)
     if shape.multi_host:
         raise ConfigError(
-            f"accelerator {describe(shape)} is a multi-host job: multi-host slices need "
+            f"{describe(shape)} is a multi-host job: multi-host slices need "
             "JobSet, coming with the multi-host backend of issue 19 (not in this version). "
             "Until then, run it on one host: a single-host shape (tpu-v5e-8, tpu-v6e-8: 8 chips; "
             "tpu-v5p-8, tpu-v4-8: 4 chips; gpu-h100x8) with num_hosts unset or 1."
