@@ -52,6 +52,8 @@ _EXPORTS = {
     "Transition": "kinetic_core.history",
     "Data": "kinetic_core.data",
     "sync_outputs": "kinetic_core.outputs",
+    "worker": "kinetic_core.workers",
+    "Worker": "kinetic_core.workers",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -145,3 +147,4 @@ if TYPE_CHECKING:
     from kinetic_core.status import resolve_states
     from kinetic_core.submission import asubmit, submit
     from kinetic_core.termination import cancel_on_termination, install_termination_handler
+    from kinetic_core.workers import Worker, worker

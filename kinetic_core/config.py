@@ -75,6 +75,9 @@ class Target:
     # Recovery (see docs/recovery.md): restarts after a preemption, a lost job or a listed exit code.
     max_recoveries: int | None = None  # default: 3 with spot, 0 otherwise
     recover_on_exit_codes: list[int] | None = None
+    # Multi-host jobs: how many hosts (one pod each) one job spans, e.g. gpu-h100x8 on 2 nodes.
+    # A TPU slice fixes its own count (tpu-v5e-16: 4); default: the accelerator's, else 1.
+    num_hosts: int | None = None
     signing_key: str | None = field(default=None, repr=False)
 
     # ---- construction -------------------------------------------------------------------
@@ -168,6 +171,7 @@ class Target:
             if getattr(self, name) is not None:
                 positive_seconds(getattr(self, name), name)
         env_spec(self.env)
+        validate_num_hosts(self.num_hosts)
         self._check_backend_options()
         if self.tags is not None:
             validate_tags(self.tags)
@@ -199,6 +203,16 @@ def validate_recovery(max_recoveries: Any, exit_codes: Any) -> None:
     ):
         raise ConfigError(
             f"recover_on_exit_codes must be a list of exit codes 1-255, got {exit_codes!r}."
+        )
+
+
+def validate_num_hosts(num_hosts: Any) -> None:
+    """ConfigError unless ``num_hosts`` is unset or a whole number >= 1."""
+    if num_hosts is not None and (
+        not isinstance(num_hosts, int) or isinstance(num_hosts, bool) or num_hosts < 1
+    ):
+        raise ConfigError(
+            f"num_hosts must be a whole number >= 1 (hosts, one pod each), got {num_hosts!r}."
         )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kinetic_core import registry
 from kinetic_core.backends import Backend, BackendKind
+from kinetic_core.backends.kubernetes.accelerators import accelerator_spec, describe
 from kinetic_core.backends.kubernetes.console import console_links
 from kinetic_core.backends.kubernetes.manifest import job_name
 from kinetic_core.backends.kubernetes.pod_options import POD_OPTIONS, check_pod_options
@@ -41,6 +42,7 @@ class KubernetesKind:
             "namespace",
             "image",
             "accelerator",
+            "num_hosts",
             "spot",
             "resources",
             "service_account",
@@ -74,6 +76,7 @@ class KubernetesKind:
                 "or leave it unset ($KUBECONFIG, ~/.kube/config)."
             )
         check_pod_options(**{name: getattr(target, name) for name in POD_OPTIONS})
+        check_single_host(target)
 
     def job_object_name(self, job_id: str) -> str | None:
         """The Job (and its pods' ``job-name`` label) the job runs as."""
@@ -86,6 +89,20 @@ class KubernetesKind:
         """In a pod, a batch driver reaches the API with the pod's service account (the
         submitter's kubeconfig is not there); elsewhere, as the batch's target says."""
         return {"in_cluster": True} if env.get("KUBERNETES_SERVICE_HOST") else {}
+
+
+def check_single_host(target: Target) -> None:
+    """The accelerator and num_hosts name a known shape; until the multi-host backend
+    (JobSet, issue 19) lands, a shape of several hosts is refused here, before anything is
+    written, instead of silently running as one pod."""
+    shape = accelerator_spec(target.accelerator, target.num_hosts)
+    if shape.multi_host:
+        raise ConfigError(
+            f"{describe(shape)} is a multi-host job: multi-host slices need "
+            "JobSet, coming with the multi-host backend of issue 19 (not in this version). "
+            "Until then, run it on one host: a single-host shape (tpu-v5e-8, tpu-v6e-8: 8 chips; "
+            "tpu-v5p-8, tpu-v4-8: 4 chips; gpu-h100x8) with num_hosts unset or 1."
+        )
 
 
 KIND: BackendKind = KubernetesKind()

@@ -57,7 +57,7 @@ def valid_labels(raw: dict[str, str]) -> dict[str, str]:
 def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
     """The Job for ``spec``: catalogue accelerator, spot, resources, labels, deadline."""
     t = spec.target
-    selector, extended, tolerations = accelerator_spec(t.accelerator)
+    selector, extended, tolerations = accelerator_spec(t.accelerator, t.num_hosts).pod_parts()
     if t.spot:
         selector[SPOT_LABEL] = "true"
         tolerations.append(
