@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kinetic_core import registry
 from kinetic_core.backends import Backend, BackendKind
 from kinetic_core.backends.kubernetes.console import console_links
+from kinetic_core.backends.kubernetes.image import check_requirements
 from kinetic_core.backends.kubernetes.manifest import job_name
 from kinetic_core.backends.kubernetes.pod_options import POD_OPTIONS, check_pod_options
 from kinetic_core.errors import ConfigError
@@ -52,6 +53,7 @@ class KubernetesKind:
             "labels",
             "annotations",
             "project",
+            "requirements",
             *POD_OPTIONS,
         }
     )
@@ -74,6 +76,7 @@ class KubernetesKind:
                 "or leave it unset ($KUBECONFIG, ~/.kube/config)."
             )
         check_pod_options(**{name: getattr(target, name) for name in POD_OPTIONS})
+        check_requirements(target.requirements)
 
     def job_object_name(self, job_id: str) -> str | None:
         """The Job (and its pods' ``job-name`` label) the job runs as."""
