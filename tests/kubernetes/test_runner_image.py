@@ -21,6 +21,7 @@ import pytest
 from cluster.cluster import TestCluster
 
 import kinetic_core as kc
+from kinetic_core.backends.kubernetes.image import CACHE_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 # Another release than the project's lock: the runner's own imports work with it.
@@ -117,3 +118,18 @@ def test_a_requirement_that_cannot_be_installed_ends_the_job_as_requirements_fai
         job.result(timeout=60, cleanup=False)
     assert ABSENT_PACKAGE in str(caught.value)
     assert ABSENT_PACKAGE in job.logs()  # uv's own output, whole, in the job's log
+
+
+def test_an_environment_on_a_persistent_cache_is_made_once_and_reused(
+    kube: kc.Target, tmp_path: Path
+) -> None:
+    """A hostPath (or PVC) mounted at the cache path replaces the emptyDir: the second pod
+    finds the environment the first one made (keyed by the requirements), installs nothing."""
+    cache = {CACHE_PATH: {"host_path": str(tmp_path / "env-cache")}}
+    target = _target(kube, requirements=["tabulate"], volumes=cache, schedule_timeout=60)
+    first = kc.submit(imports_tabulate, target=target)
+    assert "1  2" in first.result(timeout=300, cleanup=False)
+    assert "installed ['tabulate']" in first.logs()
+    second = kc.submit(imports_tabulate, target=target)
+    assert "1  2" in second.result(timeout=300, cleanup=False)
+    assert "reusing" in second.logs() and "installed" not in second.logs()
