@@ -9,29 +9,29 @@ hostPath mounted there) pays for the install. uv installs: the image's, or one i
 once into the cache with pip when the image lacks it. A failed install does not end the
 pod here: the runner starts all the same with the failure in ``FAILURE_ENV`` and ends the
 job as ``RequirementsFailed`` behind its start fence (``versions.check_setup``), so a
-setup failure is decided once, like any other. Imports stay small: the standard library.
+setup failure is decided once, like any other. Imports stay small (the runner reads
+``FAILURE_ENV`` from here): the standard library, ``subprocess`` and ``fcntl`` only when
+installing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import site
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-
-from kinetic_core.versions import FAILURE_ENV
 
 #: JSON list of requirements (pip syntax); set by the Kubernetes manifest.
 REQUIREMENTS_ENV = "KINETIC_BOOTSTRAP_REQUIREMENTS"
 #: The cache folder (a volume); environments and uv's download cache live there.
 CACHE_ENV = "KINETIC_BOOTSTRAP_CACHE"
+#: Set for the runner when the install failed: the message of ``RequirementsFailed``.
+FAILURE_ENV = "KINETIC_BOOTSTRAP_FAILURE"
 DEFAULT_CACHE = "/var/cache/kinetic"
 READY = ".kinetic-ready"
 _TAIL_LINES = 20
@@ -98,6 +98,8 @@ def _layer_over_image(root: Path) -> None:
 
 def _run(argv: list[str | Path]) -> None:
     """Run an install step, its output copied to the job's log; InstallFailed with its tail."""
+    import subprocess
+
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     output = proc.stdout.decode(errors="replace")
     sys.stderr.write(output)
@@ -111,6 +113,8 @@ def _run(argv: list[str | Path]) -> None:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    import fcntl
+
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

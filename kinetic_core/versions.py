@@ -18,13 +18,11 @@ import cloudpickle
 
 import kinetic_core
 from kinetic_core import layout
+from kinetic_core.bootstrap import FAILURE_ENV
 from kinetic_core.errors import ImageMismatch, JobSetupError, KineticError, RequirementsFailed
 from kinetic_core.payload import python_version, read_summary
 from kinetic_core.storage import Storage
 
-#: Set by ``bootstrap.py`` for the runner when the install failed: the message of
-#: ``RequirementsFailed``.
-FAILURE_ENV = "KINETIC_BOOTSTRAP_FAILURE"
 #: header key -> what a person calls it
 _NAMES = {"python": "Python", "cloudpickle": "cloudpickle", "kinetic": "kinetic-workflows"}
 
