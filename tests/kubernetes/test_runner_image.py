@@ -27,7 +27,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # Another release than the project's lock: the runner's own imports work with it.
 OTHER_CLOUDPICKLE = "3.1.1" if cloudpickle.__version__ != "3.1.1" else "3.1.0"
 OTHER_IMAGE = f"kinetic-test/runner-cloudpickle:{OTHER_CLOUDPICKLE}"
-INDEX_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "HTTPS_PROXY")
+INDEX_ENV = (
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "HTTPS_PROXY",
+    "PIP_CERT",
+    "PIP_INDEX_URL",
+    "PIP_FIND_LINKS",
+)
 ABSENT_PACKAGE = "kinetic-test-no-such-package-7f3a"
 
 
@@ -44,32 +53,26 @@ def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, text=True, timeout=300)
 
 
-def _image_with_other_cloudpickle(cluster: TestCluster, where: Path) -> str:
-    """An "image": a venv with another cloudpickle and this kinetic, registered with the
-    node agent's image table under OTHER_IMAGE."""
-    venv = where / "other-cloudpickle"
-    _run(_uv(), "venv", "--quiet", "--python", "3.11", str(venv))
+def _image(cluster: TestCluster, where: Path, name: str, cloudpickle_version: str) -> str:
+    """An "image" ``name``: a venv (with pip, without uv) holding ``cloudpickle_version`` and
+    this kinetic, registered with the node agent's image table."""
+    venv = where / name.replace("/", "-").replace(":", "-")
+    _run(_uv(), "venv", "--quiet", "--seed", "--python", "3.11", str(venv))
     python = venv / "bin" / "python"
-    _run(
-        _uv(),
-        "pip",
-        "install",
-        "--quiet",
-        "--python",
-        str(python),
-        f"cloudpickle=={OTHER_CLOUDPICKLE}",
-    )
+    pin = f"cloudpickle=={cloudpickle_version}"
+    _run(_uv(), "pip", "install", "--quiet", "--python", str(python), pin)
     (venv / "lib" / "python3.11" / "site-packages" / "kinetic.pth").write_text(f"{ROOT}\n")
     assert cluster.dir is not None
     table_path = cluster.dir / "agent" / "images.json"
     table = json.loads(table_path.read_text()) if table_path.exists() else {}
-    table_path.write_text(json.dumps({**table, OTHER_IMAGE: str(python)}))
-    return OTHER_IMAGE
+    table_path.write_text(json.dumps({**table, name: str(python)}))
+    return name
 
 
-def _target(kube: kc.Target, **options: object) -> kc.Target:
-    """``kube`` shipping this module's job bodies by value, with uv on the pods' PATH."""
-    uv_path = f"{Path(_uv()).parent}{os.pathsep}{os.environ['PATH']}"
+def _target(kube: kc.Target, path: str | None = None, **options: object) -> kc.Target:
+    """``kube`` shipping this module's job bodies by value, with uv on the pods' PATH
+    (unless ``path`` is the pods' PATH)."""
+    uv_path = path or f"{Path(_uv()).parent}{os.pathsep}{os.environ['PATH']}"
     by_value = [*(kube.pickle_by_value or []), __name__]
     # how this machine reaches the package index (a TLS-inspecting proxy's CA, an index)
     index = {k: v for k, v in os.environ.items() if k in INDEX_ENV}
@@ -87,7 +90,7 @@ def test_a_runner_with_another_cloudpickle_ends_the_job_as_image_mismatch(
     kube: kc.Target, k8s_cluster: TestCluster, tmp_path: Path
 ) -> None:
     """Before: the runner unpickled the payload with its own cloudpickle and ran the job."""
-    image = _image_with_other_cloudpickle(k8s_cluster, tmp_path)
+    image = _image(k8s_cluster, tmp_path, OTHER_IMAGE, OTHER_CLOUDPICKLE)
     job = kc.submit(imports_tabulate, target=_target(kube, image=image))
     state = job.wait(timeout=180)
     assert state.status is kc.JobStatus.FAILED, state
@@ -133,3 +136,19 @@ def test_an_environment_on_a_persistent_cache_is_made_once_and_reused(
     second = kc.submit(imports_tabulate, target=target)
     assert "1  2" in second.result(timeout=300, cleanup=False)
     assert "reusing" in second.logs() and "installed" not in second.logs()
+
+
+def test_an_image_without_uv_gets_it_from_pip_once(
+    kube: kc.Target, k8s_cluster: TestCluster, tmp_path: Path
+) -> None:
+    """The image lacks uv (and PATH has none): the bootstrap installs it into the cache with
+    the image's pip, then installs the requirements with it."""
+    image = _image(
+        k8s_cluster, tmp_path, "kinetic-test/runner-without-uv:1", cloudpickle.__version__
+    )
+    target = _target(
+        kube, "/usr/bin:/bin", image=image, requirements=["tabulate"], schedule_timeout=60
+    )
+    job = kc.submit(imports_tabulate, target=target)
+    assert "1  2" in job.result(timeout=300, cleanup=False)
+    assert "the image has no uv; installing it with pip" in job.logs()
