@@ -62,6 +62,8 @@ class Target:
     ttl_after_finished: int | None = None  # seconds a finished Job is kept (default 1 day)
     active_deadline: float | None = None  # seconds the cluster lets the Job run (default life_span)
     pod_template: dict[str, Any] | str | None = None  # pod spec (or YAML path) merged under ours
+    # extra packages installed with uv at pod start into a cached environment (bootstrap.py)
+    requirements: list[str] | None = None
     # Local backend option: where supervisor records and logs live (default: beside the storage).
     local_dir: str | None = None
     # Job behaviour.

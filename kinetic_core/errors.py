@@ -96,6 +96,28 @@ def _corrupt_record(message: str, job_id: str, path: str) -> CorruptRecord:
     return CorruptRecord(message, job_id=job_id, path=path)
 
 
+class JobSetupError(KineticError):
+    """The job's environment could not run it, so its function never started; ``reason``
+    is the job's reason (the message says what to change)."""
+
+    reason = "Error"
+
+
+class ImageMismatch(JobSetupError):
+    """The runner's Python minor, cloudpickle or kinetic-workflows version differs from the
+    submitter's: rebuild the runner image with the submitter's versions, or install the
+    packages at pod start with ``Target(requirements=[...])``."""
+
+    reason = "ImageMismatch"
+
+
+class RequirementsFailed(JobSetupError):
+    """``Target(requirements=[...])`` could not be installed at pod start (the job's log has
+    the installer's output): fix the requirement or the package index it reaches."""
+
+    reason = "RequirementsFailed"
+
+
 class PayloadIntegrityError(KineticError):
     """An envelope failed its checksum or signature check; it was not unpickled."""
 

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import cloudpickle
 
+import kinetic_core
 from kinetic_core import signing
 from kinetic_core.chunks import CHUNK, HashingWriter, VerifiedReader, digest_of
 from kinetic_core.errors import PayloadIntegrityError, SerializationError, StorageError
@@ -118,6 +119,7 @@ def dump_envelope(
         "success": success,
         "python": python_version(),
         "cloudpickle": cloudpickle.__version__,
+        "kinetic": kinetic_core.__version__,  # the runner compares (versions.py)
         "hmac": None,
     }
     if signing_key:

@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import Any
 
-from kinetic_core import layout, notice, outputs
+from kinetic_core import layout, notice, outputs, versions
 from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.ids import validate_id
 from kinetic_core.payload import (
@@ -72,6 +72,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
         return _refuse_second_run(storage, job_id)
     phase = "load"
     try:
+        versions.check_setup(storage, job_id)  # ImageMismatch: before anything is unpickled
         call = _load_call(storage, job_id, signing_key)
         os.environ.update(call.get("env") or {})
         os.environ["KINETIC_JOB_ID"] = job_id
@@ -92,6 +93,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
             outputs.finish(storage_uri, job_id)  # but the checkpoint reaches storage
             return notice.EXIT_CODE
         body = failure_body(exc, phase=phase, traceback_text=tb)
+        body["reason"] = versions.reason_of(exc)
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         body["exit_code"] = code if 0 < code < 256 else 1
     outputs.finish(storage_uri, job_id)  # in storage before the state can read terminal
@@ -184,7 +186,9 @@ def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str
     }
     if not body["success"]:
         summary["error"] = f"{body['exc_type'].rsplit('.', 1)[-1]}: {body['exc_message']}"[:500]
-    status, reason = ("SUCCEEDED", None) if body["success"] else ("FAILED", "Error")
+    status, reason = (
+        ("SUCCEEDED", None) if body["success"] else ("FAILED", body.get("reason", "Error"))
+    )
     won, winner = decide(
         storage,
         job_id,

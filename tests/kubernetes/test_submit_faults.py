@@ -438,5 +438,19 @@ def test_a_driver_in_a_pod_uses_its_service_account_on_both_spellings() -> None:
     in_pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
     for backend in ("kubernetes", "gke"):
         target = {"backend": backend, "kubeconfig": "kubeconfig-sha256:00", "namespace": "ml"}
-        assert pod_credentials(target, in_pod) == {"in_cluster": True}, backend
+        assert pod_credentials(target, in_pod)["in_cluster"] is True, backend
         assert pod_credentials(target, {}) == {}, backend
+
+
+def test_a_driver_in_a_pod_keeps_the_default_image_its_submitter_was_allowed() -> None:
+    """On kind the submitter reached a loopback API server, so the default image was
+    allowed; the driver pod reaches the API through the in-cluster address (10.96.0.1),
+    which is not loopback: without the overlay its children were refused."""
+    from kinetic_core.backends.kubernetes.image import DEFAULT_IMAGE
+    from kinetic_core.batch.driver import pod_credentials
+
+    in_pod = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+    bare = {"backend": "gke", "namespace": "ml"}
+    assert pod_credentials(bare, in_pod) == {"in_cluster": True, "image": DEFAULT_IMAGE}
+    for chosen in ({"image": "r.io/me/runner:1"}, {"pod_template": {"spec": {}}}):
+        assert pod_credentials({**bare, **chosen}, in_pod) == {"in_cluster": True}, chosen

@@ -15,6 +15,7 @@ from kinetic_core import registry
 from kinetic_core.backends import Backend, BackendKind
 from kinetic_core.backends.kubernetes.accelerators import accelerator_spec, describe
 from kinetic_core.backends.kubernetes.console import console_links
+from kinetic_core.backends.kubernetes.image import DEFAULT_IMAGE, check_requirements
 from kinetic_core.backends.kubernetes.manifest import job_name
 from kinetic_core.backends.kubernetes.pod_options import POD_OPTIONS, check_pod_options
 from kinetic_core.errors import ConfigError
@@ -54,6 +55,7 @@ class KubernetesKind:
             "labels",
             "annotations",
             "project",
+            "requirements",
             *POD_OPTIONS,
         }
     )
@@ -77,6 +79,7 @@ class KubernetesKind:
             )
         check_pod_options(**{name: getattr(target, name) for name in POD_OPTIONS})
         check_single_host(target)
+        check_requirements(target.requirements)
 
     def job_object_name(self, job_id: str) -> str | None:
         """The Job (and its pods' ``job-name`` label) the job runs as."""
@@ -87,8 +90,15 @@ class KubernetesKind:
 
     def driver_overlay(self, target: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         """In a pod, a batch driver reaches the API with the pod's service account (the
-        submitter's kubeconfig is not there); elsewhere, as the batch's target says."""
-        return {"in_cluster": True} if env.get("KUBERNETES_SERVICE_HOST") else {}
+        submitter's kubeconfig is not there); elsewhere, as the batch's target says.
+
+        Without an image, the submitter was allowed the default one (its API server was a
+        local cluster's); the in-cluster address is not loopback, so the driver keeps
+        that image for the children instead of deciding again."""
+        if not env.get("KUBERNETES_SERVICE_HOST"):
+            return {}
+        chosen = target.get("image") or target.get("pod_template")
+        return {"in_cluster": True, **({} if chosen else {"image": DEFAULT_IMAGE})}
 
 
 def check_single_host(target: Target) -> None:

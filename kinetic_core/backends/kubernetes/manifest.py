@@ -19,6 +19,8 @@ from typing import Any
 
 from kinetic_core.backends import LaunchSpec
 from kinetic_core.backends.kubernetes.accelerators import accelerator_spec
+from kinetic_core.backends.kubernetes.image import DEFAULT_IMAGE as DEFAULT_IMAGE
+from kinetic_core.backends.kubernetes.image import add_bootstrap, default_image
 from kinetic_core.backends.kubernetes.pod_spec import (
     KINETIC_CONTAINER,
     container_options,
@@ -29,7 +31,6 @@ from kinetic_core.backends.kubernetes.pod_spec import (
 )
 from kinetic_core.envvars import literal_env
 
-DEFAULT_IMAGE = "kinetic-workflows-runner:0.1.0"
 TTL_AFTER_FINISHED = 24 * 3600
 SPOT_LABEL = "cloud.google.com/gke-spot"
 
@@ -111,8 +112,10 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
         **({"serviceAccountName": t.service_account} if t.service_account else {}),
         **pod_spec_options(t),
     }
+    container["command"] = add_bootstrap(t, container["command"], container, pod_spec)
     template_meta, pod_spec = merge_pod_template(pod_spec, load_pod_template(t.pod_template))
-    pod_spec["containers"][0].setdefault("image", DEFAULT_IMAGE)
+    if not pod_spec["containers"][0].get("image"):  # neither image= nor the pod template's
+        pod_spec["containers"][0]["image"] = default_image(t)
     pod_labels = {**template_meta.get("labels", {}), **labels}
     pod_meta = {
         "labels": pod_labels,

@@ -93,6 +93,20 @@ _MOUNT_SCRIPT = (
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 
 
+IMAGES_FILE = "images.json"
+
+
+def image_interpreter(state_dir: Path, image: str) -> str:
+    """The interpreter an image provides, as a node's image cache would: ``images.json`` in
+    the state dir maps an image reference to a Python executable (tests add entries to run
+    a pod with other package versions); any other image is the agent's own interpreter."""
+    try:
+        table = json.loads((state_dir / IMAGES_FILE).read_text())
+    except (OSError, ValueError):
+        return sys.executable
+    return str(table.get(image) or sys.executable)
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     """What one fake node advertises."""
@@ -694,7 +708,7 @@ class Agent:
         argv = [_VAR_REF.sub(lambda m: _expand(m, env), a) for a in argv]
         argv = self._with_mounts(pod, container, env, argv)
         if _PYTHON.match(os.path.basename(argv[0])):
-            argv[0] = sys.executable
+            argv[0] = image_interpreter(self.state_dir, container.get("image", ""))
         token = json.loads(env.get("NODE_AGENT_MOUNTS", "{}")).get(SERVICE_ACCOUNT_PATH)
         if token is not None:
             argv = _in_mount_namespace(token, argv)
