@@ -26,6 +26,8 @@ _EXPORTS = {
     "Target": "kinetic_core.config",
     "BACKENDS": "kinetic_core.config",
     "positive_seconds": "kinetic_core.config",
+    "TargetOption": "kinetic_core.options",
+    "target_options": "kinetic_core.options",
     "submit_map": "kinetic_core.batch",
     "asubmit_map": "kinetic_core.batch",
     "attach_batch": "kinetic_core.batch",
@@ -133,6 +135,7 @@ if TYPE_CHECKING:
     from kinetic_core.links import LINK_KINDS, job_links
     from kinetic_core.logs import LogStream
     from kinetic_core.notice import on_preemption, preempted
+    from kinetic_core.options import TargetOption, target_options
     from kinetic_core.outputs import sync_outputs
     from kinetic_core.polling import (
         SharedPoller,
