@@ -53,6 +53,7 @@ _EXPORTS = {
     "on_preemption": "kinetic_core.notice",
     "Transition": "kinetic_core.history",
     "Data": "kinetic_core.data",
+    "find_data": "kinetic_core.data",
     "sync_outputs": "kinetic_core.outputs",
     **{
         name: "kinetic_core.errors"
@@ -107,7 +108,7 @@ if TYPE_CHECKING:
         submit_map,
     )
     from kinetic_core.config import BACKENDS, Target, positive_seconds
-    from kinetic_core.data import Data
+    from kinetic_core.data import Data, find_data
     from kinetic_core.decorator import RemoteFunction, run
     from kinetic_core.errors import (
         BackendError,
