@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kinetic_core import TargetOption
 
 #: The provider's page in the project's documentation site (mkdocs, ``docs/airflow.md``),
 #: published with GitHub Pages of the kinetic-workflows organization, as the Prefect block's.
@@ -20,7 +23,7 @@ DESCRIPTION = (
 HANDLED_APART: dict[str, str] = {"signing_key": "the connection's password"}
 
 
-def _field(option: Any) -> dict[str, Any]:
+def _field(option: TargetOption) -> dict[str, Any]:
     """One form field: the option's JSON schema (Airflow's React form picks its widget:
     a switch, a number, a list, a JSON editor), its help and example. A secret option
     (the kubeconfig) is a password field, masked in the UI and the API."""
