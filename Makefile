@@ -19,7 +19,7 @@ env: uv
 	UV_PROJECT_ENVIRONMENT=.venv $(SYNC) $(EXTRAS)
 
 env-airflow: uv
-	UV_PROJECT_ENVIRONMENT=.venv-airflow $(SYNC) $(EXTRAS) --extra airflow
+	UV_PROJECT_ENVIRONMENT=.venv-airflow $(SYNC) $(EXTRAS) --extra airflow --extra openlineage
 
 ## the oldest supported Airflow minor, beside the locked newest (.venv-airflow)
 AIRFLOW_OLDEST := 3.0

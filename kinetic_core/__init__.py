@@ -26,6 +26,8 @@ _EXPORTS = {
     "Target": "kinetic_core.config",
     "BACKENDS": "kinetic_core.config",
     "positive_seconds": "kinetic_core.config",
+    "TargetOption": "kinetic_core.options",
+    "target_options": "kinetic_core.options",
     "submit_map": "kinetic_core.batch",
     "asubmit_map": "kinetic_core.batch",
     "attach_batch": "kinetic_core.batch",
@@ -51,6 +53,7 @@ _EXPORTS = {
     "on_preemption": "kinetic_core.notice",
     "Transition": "kinetic_core.history",
     "Data": "kinetic_core.data",
+    "find_data": "kinetic_core.data",
     "sync_outputs": "kinetic_core.outputs",
     "worker": "kinetic_core.workers",
     "Worker": "kinetic_core.workers",
@@ -110,7 +113,7 @@ if TYPE_CHECKING:
         submit_map,
     )
     from kinetic_core.config import BACKENDS, Target, positive_seconds
-    from kinetic_core.data import Data
+    from kinetic_core.data import Data, find_data
     from kinetic_core.decorator import RemoteFunction, run
     from kinetic_core.errors import (
         BackendError,
@@ -141,6 +144,7 @@ if TYPE_CHECKING:
     from kinetic_core.links import LINK_KINDS, job_links
     from kinetic_core.logs import LogStream
     from kinetic_core.notice import on_preemption, preempted
+    from kinetic_core.options import TargetOption, target_options
     from kinetic_core.outputs import sync_outputs
     from kinetic_core.polling import (
         SharedPoller,

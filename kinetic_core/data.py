@@ -36,6 +36,7 @@ __all__ = [
     "Data",
     "DataRef",
     "check_volumes",
+    "find_data",
     "fuse_volumes",
     "materialize",
     "prepare",
@@ -304,6 +305,12 @@ def _collect(value: Any) -> list[Data]:
 
     transform(value, keep, Data)
     return found
+
+
+def find_data(value: Any) -> list[Data]:
+    """Every ``Data`` in ``value`` (a call's arguments, nested as ``submit`` looks for them),
+    each once, in order: what a job reads, e.g. the inputs a provider reports as lineage."""
+    return list(dict.fromkeys(_collect(value)))
 
 
 # ---- submit ----------------------------------------------------------------------------------

@@ -20,27 +20,33 @@ def target_from_connection(conn: Any) -> kc.Target:
     """Build a Target from a connection: extra fields (any Target option) + password as signing key.
 
     Empty values mean "not set here", so ``KINETIC_*`` variables and defaults still apply.
+    A value saved as text (``"3"``, ``"75,143"``, JSON) is read as the option's type.
     A ``kubeconfig`` extra holding the file's content (not a path) is masked in task logs;
     the core never serializes it.
     """
     extra = conn.extra_dejson if conn.extra else {}
     if not isinstance(extra, dict):
         raise kc.ConfigError(f"Connection {conn.conn_id!r}: extra must be a JSON object.")
-    fields: dict[str, Any] = {}
-    for key, value in extra.items():
-        name = key[len(_LEGACY_PREFIX) :] if key.startswith(_LEGACY_PREFIX) else key
-        if value is None or value == "":
-            continue
-        fields[name] = value
+    fields = {
+        (key[len(_LEGACY_PREFIX) :] if key.startswith(_LEGACY_PREFIX) else key): value
+        for key, value in extra.items()
+        if value is not None and value != ""
+    }
     if conn.password:
         fields["signing_key"] = conn.password
     kubeconfig = str(fields.get("kubeconfig", ""))
     if "\n" in kubeconfig or kubeconfig.lstrip().startswith("{"):  # content, not a path
         mask_secret(kubeconfig)
     try:
-        return kc.Target.from_dict(fields)
+        return kc.Target.from_dict(_typed(fields))
     except kc.ConfigError as exc:
         raise kc.ConfigError(f"Connection {conn.conn_id!r}: {exc}") from None
+
+
+def _typed(fields: dict[str, Any]) -> dict[str, Any]:
+    """Each known option's value as its type (unknown names stay: ``from_dict`` refuses them)."""
+    options = {o.name: o for o in kc.target_options()}
+    return {k: options[k].parse(v) if k in options else v for k, v in fields.items()}
 
 
 class KineticHook(BaseHook):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kinetic_core import TargetOption
 
 #: The provider's page in the project's documentation site (mkdocs, ``docs/airflow.md``),
 #: published with GitHub Pages of the kinetic-workflows organization, as the Prefect block's.
@@ -14,54 +18,35 @@ DESCRIPTION = (
     "instead of starting a duplicate; the worker slot is free while the job runs."
 )
 
-_TEXT_FIELDS: dict[str, tuple[str, str]] = {
-    "storage": ("Storage URI", "file:///abs/path, file://~/dir or gs://bucket/prefix"),
-    "accelerator": ("Accelerator", "e.g. tpu-v5e-8, gpu-l4 (empty: CPU only)"),
-    "namespace": ("Kubernetes namespace", "default"),
-    "kube_context": ("Kube context", "context name in the kubeconfig"),
-    "project": ("GCP project", "my-gcp-project (links to the Cloud Console)"),
-    "image": ("Container image", "us-docker.pkg.dev/proj/repo/image:tag"),
-}
+#: Target options that are not a field of the connection form, and where each goes instead.
+#: Every other option is a form field (``conn_fields``), saved in the connection's extra.
+HANDLED_APART: dict[str, str] = {"signing_key": "the connection's password"}
 
 
-def _field(label: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"label": label, "description": description, "schema": schema}
+def _field(option: TargetOption) -> dict[str, Any]:
+    """One form field: the option's JSON schema (Airflow's React form picks its widget:
+    a switch, a number, a list, a JSON editor), its help and example. A secret option
+    (the kubeconfig) is a password field, masked in the UI and the API."""
+    import kinetic_core as kc
+
+    schema = option.json_schema()
+    if option.name == "backend":
+        schema["enum"] = [None, *kc.BACKENDS]
+    example = option.example if isinstance(option.example, str) else json.dumps(option.example)
+    return {
+        "label": option.name.replace("_", " ").capitalize(),
+        "description": f"{option.help} Example: {example}",
+        "schema": schema,
+    }
 
 
 def conn_fields() -> dict[str, Any]:
-    """The connection form's fields (Airflow 3.2+ reads them from here; earlier versions
-    show the Extra JSON only). No field has a default: an untouched field stays unset."""
+    """The connection form's fields, one per ``kinetic_core.target_options()`` option not
+    handled apart (Airflow 3.2+ reads them from here; earlier versions show the Extra JSON
+    only). No field has a default: an untouched field stays unset."""
     import kinetic_core as kc
 
-    fields: dict[str, Any] = {
-        "backend": _field(
-            "Backend",
-            "where jobs run (empty: KINETIC_BACKEND, else local)",
-            {"type": ["string", "null"], "enum": [None, *kc.BACKENDS]},
-        )
-    }
-    for name, (label, hint) in _TEXT_FIELDS.items():
-        fields[name] = _field(label, hint, {"type": ["string", "null"]})
-    fields["kubeconfig"] = _field(
-        "Kubeconfig",
-        "path of a kubeconfig file, or its content (kept out of handles, XCom and logs); "
-        "empty: $KUBECONFIG",
-        {"type": ["string", "null"], "format": "password"},
-    )
-    fields["spot"] = _field(
-        "Spot", "run on spot / preemptible capacity", {"type": ["boolean", "null"]}
-    )
-    fields["life_span"] = _field(
-        "Life span (seconds)",
-        "a job running longer is stopped (empty: no limit)",
-        {"type": ["number", "null"], "exclusiveMinimum": 0},
-    )
-    fields["in_cluster"] = _field(
-        "In cluster",
-        "use the pod's service account instead of a kubeconfig",
-        {"type": ["boolean", "null"]},
-    )
-    return fields
+    return {o.name: _field(o) for o in kc.target_options() if o.name not in HANDLED_APART}
 
 
 def get_provider_info() -> dict[str, Any]:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import make_context
 
 import kinetic_core as kc
 
@@ -216,27 +220,51 @@ def test_outlets_get_an_asset_event_with_the_job_and_its_metrics(dagbag: Any) ->
     assert queued_runs("kt_asset_consumer") == before + 1
 
 
-def test_openlineage_reports_the_output_folder_and_a_kinetic_run_facet(dagbag: Any) -> None:
+def _sizes(first: str, more: list[str]) -> list[int]:
+    return [len(os.listdir(p)) if os.path.isdir(p) else os.path.getsize(p) for p in [first, *more]]
+
+
+def test_openlineage_reports_data_inputs_the_output_folder_and_a_kinetic_run_facet(
+    dagbag: Any, tmp_path: Path
+) -> None:
     pytest.importorskip("airflow.providers.openlineage")  # installed in the oldest-Airflow env
     from kinetic_airflow import KineticOperator
 
+    (tmp_path / "train.csv").write_text("x\n1\n")
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "a.png").write_bytes(b"png")
     op = KineticOperator(
-        task_id="ol", python_callable=_sleep_then, op_args=[1, 0], target={"spot": True}
+        task_id="ol",
+        python_callable=_sizes,
+        op_args=[kc.Data(str(tmp_path / "train.csv"))],
+        op_kwargs={"more": [kc.Data(f"file://{tmp_path}/images"), kc.Data("train.csv")]},
+        target={"spot": True, "accelerator": "cpu"},
+        deferrable=False,
     )
     assert op.get_openlineage_facets_on_complete(None) is None  # nothing ran: default lineage
-    handle = kc.submit(_sleep_then, (1, 0), target={"spot": True, "accelerator": "cpu"})
-    handle.wait(60)
-    op._handle = handle
-    lineage = op.get_openlineage_facets_on_complete(None)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)  # Data("train.csv"): relative to where the task runs
+        handle = op.submit(make_context(), op.resolve_target())
+        assert handle.result(timeout=60) == [4, 1, 4]
+        lineage = op.get_openlineage_facets_on_complete(None)
+    # each Data argument once (train.csv twice: one dataset), then the output folder
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [
+        ("file", str(tmp_path / "train.csv")),
+        ("file", str(tmp_path / "images")),
+    ]
     [output] = lineage.outputs
     assert (output.namespace, output.name) == ("file", handle.output_dir)
-    assert lineage.inputs == []
     facet = lineage.run_facets["kinetic"]
-    assert (facet.jobId, facet.backend, facet.attempt) == (handle.job_id, "local", 1)
+    assert (facet.jobId, facet.backend, facet.attempt, facet.recoveries) == (
+        handle.job_id,
+        "local",
+        1,
+        0,
+    )
     assert facet.spot is True and facet.accelerator == "cpu"
     from openlineage.client.serde import Serde
 
-    assert '"jobId": "' + handle.job_id in Serde.to_json(facet)
+    assert '"recoveries": 0' in Serde.to_json(facet)
 
 
 def test_a_lost_job_recovers_with_one_success_and_no_retry_consumed(
@@ -252,3 +280,8 @@ def test_a_lost_job_recovers_with_one_success_and_no_retry_consumed(
     assert (state.status, state.recoveries, state.attempt) == (kc.JobStatus.SUCCEEDED, 1, 2)
     assert len((tmp_path / "starts").read_text().splitlines()) == 2
     assert "recovered 1x, now attempt 2" in "".join(capfd.readouterr())
+    if importlib.util.find_spec("airflow.providers.openlineage"):  # the lineage says so too
+        op = copy.copy(dagbag.get_dag("kt_recovery").get_task("train"))
+        op._handle = kc.attach(xcom(ti, "job_id"))
+        facet = op.get_openlineage_facets_on_complete(None).run_facets["kinetic"]
+        assert (facet.attempt, facet.recoveries) == (2, 1)

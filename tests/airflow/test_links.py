@@ -21,7 +21,12 @@ def test_every_link_kind_has_an_operator_link_and_an_xcom() -> None:
 
 
 def test_openlineage_dataset_names_follow_the_naming_spec() -> None:
-    from kinetic_airflow.lineage import dataset_name
+    from kinetic_airflow.lineage import data_uri, dataset_name
 
     assert dataset_name("gs://bucket/kinetic/outputs/k1") == ("gs://bucket", "kinetic/outputs/k1")
     assert dataset_name("file:///data/outputs/k1") == ("file", "/data/outputs/k1")
+    # Data arguments: a gs:// prefix (trailing /) names the folder; a local path is absolute
+    assert dataset_name(data_uri(kc.Data("gs://bucket/raw/2026/"))) == ("gs://bucket", "raw/2026")
+    assert dataset_name(data_uri(kc.Data("gs://bucket"))) == ("gs://bucket", "/")
+    assert dataset_name(data_uri(kc.Data("file:///data/train.csv"))) == ("file", "/data/train.csv")
+    assert dataset_name(data_uri(kc.Data("/data/images/"))) == ("file", "/data/images")

@@ -10,6 +10,7 @@ import fns
 import pytest
 from helpers import flow_run_logs
 from kinetic_prefect import KineticConfig, kinetic_task
+from kinetic_prefect.blocks import HANDLED_APART
 from prefect import flow
 from prefect.client.orchestration import get_client
 
@@ -22,31 +23,17 @@ users: [{name: u, user: {token: very-secret-token-123}}]
 contexts: [{name: ctx, context: {cluster: c, user: u}}]
 current-context: ctx
 """
-KUBE_OPTIONS = {
-    "backend": "kubernetes",
-    "namespace": "ml",
-    "image": "ghcr.io/me/train:1",
-    "in_cluster": True,
-    "kube_context": "ctx",
-    "node_selector": {"cloud.google.com/gke-nodepool": "tpu"},
-    "tolerations": [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}],
-    "labels": {"team": "ml"},
-    "annotations": {"owner": "nightly"},
-    "pickle_by_value": ["mylib"],
-    "env": {"MODE": "nightly", "WANDB_*": None},
-    "secret_env": {"WANDB_API_KEY": "wandb/api-key"},
-    "env_from": [{"config_map": "settings", "prefix": "APP_"}],
-    "volumes": {"/dev/shm": {"empty_dir": {"medium": "Memory", "size_limit": "16Gi"}}},
-    "image_pull_policy": "Always",
-    "image_pull_secrets": ["registry"],
-    "priority_class": "batch",
-    "affinity": {"nodeAffinity": {}},
-    "security_context": {"runAsUser": 1000},
-    "termination_grace_period": 30,
-    "ttl_after_finished": 3600,
-    "active_deadline": 7200,
-    "pod_template": {"containers": [{"name": "log-shipper", "image": "fluent-bit"}]},
-}
+#: Options a job on the local backend cannot take as their example says (the examples
+#: name a cluster, a bucket and a module this machine lacks): local values of the same type.
+LOCAL_RUN = {"backend": "local", "pickle_by_value": ["fns"]}
+
+
+def every_option() -> dict[str, object]:
+    """Each Target option with its example value (the secrets as their block fields take them)."""
+    values = {o.name: o.example for o in kc.target_options()}
+    missing = sorted(name for name, value in values.items() if value is None)
+    assert not missing, f"give {missing} an example in kinetic_core/options.py"
+    return values
 
 
 def test_block_type_has_logo_and_documentation_url_on_the_server() -> None:
@@ -59,11 +46,38 @@ def test_block_type_has_logo_and_documentation_url_on_the_server() -> None:
     assert block_type.code_example and "KineticConfig.load" in block_type.code_example
 
 
-def test_block_round_trip_carries_every_kubernetes_option() -> None:
-    KineticConfig(**KUBE_OPTIONS, kubeconfig="/etc/kube/config").save("kube", overwrite=True)
-    loaded = KineticConfig.load("kube")
-    target = loaded.to_target()
-    assert target == kc.Target(**KUBE_OPTIONS, kubeconfig="/etc/kube/config")
+def test_every_target_option_is_a_block_field_or_handled_apart() -> None:
+    """Fails when a Target option is neither a block field nor named in HANDLED_APART."""
+    fields = set(KineticConfig.model_fields)
+    for option in kc.target_options():
+        assert option.name in fields or option.name in HANDLED_APART, option.name
+        if option.secret:  # a secret is saved only in a secret field
+            assert option.name in HANDLED_APART, option.name
+    assert set(HANDLED_APART) <= {o.name for o in kc.target_options()}
+
+
+def test_every_option_round_trips_through_a_saved_block_into_the_submitted_job(
+    kinetic_storage: str, tmp_path: Path
+) -> None:
+    values = every_option()
+    KineticConfig(**values).save("every-option", overwrite=True)
+    loaded = KineticConfig.load("every-option")
+    assert loaded.to_target() == kc.Target(**values)  # types too: ints, floats, lists, dicts
+    assert isinstance(loaded.to_target().max_recoveries, int)
+
+    local = {**LOCAL_RUN, "storage": kinetic_storage, "local_dir": str(tmp_path / "records")}
+    KineticConfig(**{**values, **local}).save("every-option-local", overwrite=True)
+    add = kinetic_task(fns.add, config="every-option-local", log_interval=0.3)
+
+    @flow
+    def uses_every_option() -> int:
+        return add(1, 2)
+
+    assert uses_every_option() == 3
+    (job,) = kc.list_jobs()
+    submitted = {**values, **local, "kubeconfig": values["kubeconfig"]}
+    del submitted["signing_key"]  # never in a handle
+    assert job.target == {**submitted, "storage": job.storage}
 
 
 def test_kubeconfig_content_stays_in_memory_never_persisted_or_logged(
@@ -110,3 +124,11 @@ def test_kubeconfig_path_and_content_together_or_empty_content_are_config_errors
         KineticConfig(kubeconfig="/etc/kube/config", kubeconfig_content=KUBECONFIG).to_target()
     with pytest.raises(kc.ConfigError, match="empty"):
         KineticConfig(kubeconfig_content="  ").to_target()
+
+
+def test_block_saves_the_recovery_policy() -> None:
+    KineticConfig(max_recoveries=2, recover_on_exit_codes=[75, 143]).save(
+        "recovering", overwrite=True
+    )
+    target = KineticConfig.load("recovering").to_target()
+    assert (target.max_recoveries, target.recover_on_exit_codes) == (2, [75, 143])

@@ -169,9 +169,11 @@ class KineticOperator(KineticBaseOperator):
 
     # ---- lineage ----------------------------------------------------------------------
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """OpenLineage (when its provider is installed): the job's output folder and a
-        ``kinetic`` run facet (job id, backend, accelerator, spot, attempt)."""
-        return None if self._handle is None else job_lineage(self._handle)
+        """OpenLineage (when its provider is installed): the ``Data`` arguments as inputs, the
+        job's output folder as output, a ``kinetic`` run facet (attempt, recoveries, ...)."""
+        if self._handle is None:
+            return None
+        return job_lineage(self._handle, (self.op_args, self.op_kwargs))
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         return self.get_openlineage_facets_on_complete(task_instance)
