@@ -110,6 +110,10 @@ _DESCRIBED: dict[str, tuple[str, Any]] = {
         "Extra packages installed by uv at pod start (pip requirement strings).",
         ["rich==13.7.1"],
     ),
+    "num_hosts": (
+        "Hosts (one pod each) a GPU job spans; a TPU slice shape fixes its own count.",
+        1,
+    ),
     "signing_key": ("HMAC key that signs payloads and results (keep it secret).", "s3cret"),
 }
 
