@@ -20,6 +20,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -80,8 +81,14 @@ class ClusterError(RuntimeError):
 
 
 def binaries_present() -> bool:
-    """True when build.sh's cache holds every binary the cluster needs."""
-    return all(os.access(BIN_DIR / b, os.X_OK) for b in BINARIES)
+    """True when build.sh's cache holds every binary the cluster needs, built by its current
+    recipe (its RECIPE line, written to bin/.recipe: an older build is rebuilt)."""
+    recipe = re.search(r'^RECIPE="(.*)"$', BUILD_SCRIPT.read_text(), re.MULTILINE)
+    stamp = BIN_DIR / ".recipe"
+    built = stamp.read_text().strip() if stamp.is_file() else ""
+    return bool(recipe and built == recipe[1]) and all(
+        os.access(BIN_DIR / b, os.X_OK) for b in BINARIES
+    )
 
 
 def ensure_built(timeout: float = 3600) -> None:
