@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from . import pki
+from . import crds, pki
 
 K8S_VERSION = "v1.20.2"
 HERE = Path(__file__).resolve().parent
@@ -50,6 +50,9 @@ BIN_DIR = CACHE_ROOT / K8S_VERSION / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 CONTROLLERS = ("kube-controller-manager", "kube-scheduler")
 NODE_NAMES = ("node-cpu", "node-gpu", "node-tpu", "node-spot", "node-tpu-spot")
+# the 4 hosts of the multi-host v5e 4x4 slice (node_agent.DEFAULT_NODES)
+SLICE_NODE_NAMES = tuple(f"node-tpu-slice-{i}" for i in range(4))
+STAND_INS = ("jobset-controller", "kueue-controller")  # JobSet and Kueue, see README
 CONTEXT = "kinetic-test"
 # The Role kinetic needs in a namespace (docs/kubernetes.md, "Permissions"); tests grant it
 # to a ServiceAccount (a batch driver's pod) or take a verb away from it.
@@ -321,6 +324,7 @@ class TestCluster:
                 f"--tls-key={kubelet_serving.key}",
             ],
         )
+        self._start_stand_ins(kubeconfig)
         self._healthz = {
             "kube-scheduler": f"https://127.0.0.1:{sched_port}/healthz",
             "kube-controller-manager": f"https://127.0.0.1:{cm_port}/healthz",
@@ -335,6 +339,14 @@ class TestCluster:
             60,
             what="the default ServiceAccount with its token",
         )
+
+    def _start_stand_ins(self, kubeconfig: str) -> None:
+        """Serve the JobSet and Kueue CRDs (Established before any test runs) and start the
+        stand-in controllers that act on them (README: "JobSet and Kueue (stand-ins)")."""
+        crds.install(self.api)
+        for name in STAND_INS:
+            module = name.replace("-", "_") + ".py"
+            self._spawn(name, [sys.executable, str(HERE / module), f"--kubeconfig={kubeconfig}"])
 
     def stop(self) -> None:
         """Stop every process started (agent first, so it kills its pods) and clean up."""
@@ -639,7 +651,7 @@ class TestCluster:
                 for t in n.get("spec", {}).get("taints", [])
             )
         }
-        return ready >= set(NODE_NAMES)
+        return ready >= set(NODE_NAMES) | set(SLICE_NODE_NAMES)
 
     def _write_kubeconfig(self, path: Path) -> Path:
         path.write_text(self._kubeconfig_content({"token": self.token}))  # JSON is valid YAML
