@@ -4,7 +4,8 @@ Why: kind/k3s/docker are not available where the suite runs, but the Kubernetes 
 be tested against real API semantics (validation, the Job controller, scheduling, garbage
 collection, pod logs, audit). `TestCluster` starts etcd, kube-apiserver,
 kube-controller-manager and kube-scheduler built by ``build.sh``, plus ``node_agent.py`` which
-plays the kubelet for four fake nodes and runs pods as local processes.
+plays the kubelet for the fake nodes and runs pods as local processes, and stand-ins for
+the JobSet and Kueue controllers over their CRDs (README: "JobSet and Kueue (stand-ins)").
 
 Security setup (all throw-away, generated per start): one CA signs the API server's serving
 cert, its kubelet client cert and the agent's kubelet serving cert; the API server verifies the
