@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -407,3 +408,63 @@ def test_local_queue_of_a_missing_cluster_queue_is_inadmissible(
         "False/Inadmissible/ClusterQueue no-such-cq doesn't exist"
     )
     assert get_jobset(custom, name)["spec"]["suspend"] is True
+
+
+def test_finished_workload_releases_its_quota_to_the_next(
+    custom: client.CustomObjectsApi, tmp_path: Path
+) -> None:
+    flavor, cq, lq = fresh("v5e"), fresh("cq"), fresh("lq")
+    first, second = fresh("first"), fresh("second")
+    custom.create_cluster_custom_object(
+        *KUEUE,
+        "resourceflavors",
+        kueue_object("ResourceFlavor", flavor, {"nodeLabels": SLICE_SELECTOR}),
+    )
+    quota = {
+        "resourceGroups": [
+            {
+                "coveredResources": ["google.com/tpu"],
+                "flavors": [
+                    {"name": flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 16}]}
+                ],
+            }
+        ]
+    }
+    custom.create_cluster_custom_object(
+        *KUEUE, "clusterqueues", kueue_object("ClusterQueue", cq, quota)
+    )
+    custom.create_namespaced_custom_object(
+        *KUEUE, NS, "localqueues", kueue_object("LocalQueue", lq, {"clusterQueue": cq})
+    )
+    queued = {"kueue.x-k8s.io/queue-name": lq}
+    release = tmp_path / "release"  # pods are local processes: the first runs until told
+    script = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.2)"
+    custom.create_namespaced_custom_object(
+        *JOBSET, jobset_body(first, script=script, suspend=True, labels=queued)
+    )
+    wait_for("the first admitted", lambda: not get_jobset(custom, first)["spec"]["suspend"])
+    custom.create_namespaced_custom_object(
+        *JOBSET, jobset_body(second, suspend=True, labels=queued)
+    )
+
+    def second_message() -> str:
+        for wl in custom.list_namespaced_custom_object(*KUEUE, NS, "workloads")["items"]:
+            if wl["metadata"]["ownerReferences"][0]["name"] == second:
+                for cond in wl.get("status", {}).get("conditions") or []:
+                    if cond["type"] == "QuotaReserved" and cond["status"] == "False":
+                        return str(cond["message"])
+        return ""
+
+    assert wait_for("the second pending", second_message) == (
+        "couldn't assign flavors to pod set workers: insufficient unused quota for "
+        f"google.com/tpu in flavor {flavor}, 16 more needed"
+    )
+    assert get_jobset(custom, second)["spec"]["suspend"] is True
+    assert condition(get_jobset(custom, first), "Completed") is None  # still holds the quota
+    release.touch()
+    wait_for(
+        "the second Completed after the first",
+        lambda: condition(get_jobset(custom, second), "Completed"),
+        150,
+    )
+    assert condition(get_jobset(custom, first), "Completed") is not None
