@@ -23,11 +23,15 @@ COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler)
 die() { echo "build.sh: ERROR: $*" >&2; exit 1; }
 log() { echo "build.sh: $*" >&2; }
 
+# Bumped when the recipe changes what the binaries do, so an older cache is rebuilt.
+RECIPE="2: vendored reflect2 1.0.2 (custom resources crash a Go 1.19 build of 1.20's reflect2 1.0.1)"
+
 cache_complete() {
     local f
     for f in "${COMPONENTS[@]}" etcd; do
         [[ -x "$BIN/$f" ]] || return 1
     done
+    [[ "$(cat "$BIN/.recipe" 2>/dev/null)" == "$RECIPE" ]]
 }
 
 if cache_complete; then
@@ -41,7 +45,7 @@ mkdir -p "$BIN" "$CACHE/work" || die "cannot create the cache directory $CACHE"
 
 # --- 1. system packages: Go toolchain, etcd, build tools --------------------------------------
 NEED=()
-for pkg in golang-1.19-go etcd-server dpkg-dev make gcc libc6-dev rsync; do
+for pkg in golang-1.19-go golang-github-modern-go-reflect2-dev etcd-server dpkg-dev make gcc libc6-dev rsync; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || NEED+=("$pkg")
 done
 if ((${#NEED[@]})); then
@@ -92,6 +96,16 @@ if [[ ! -f "$SRC_DIR/.extracted" ]]; then
     touch "$SRC_DIR/.extracted"
 fi
 
+# --- 2b. reflect2 1.0.2 over the vendored 1.0.1 ------------------------------------------------
+# 1.20 vendors github.com/modern-go/reflect2 v1.0.1, whose map iteration links to the runtime's
+# pre-Go-1.18 mapiterinit: built with Go 1.19, the API server dies (SIGSEGV in mapiterinit,
+# from json-iterator) on the first create of ANY custom resource. 1.0.2 (Debian's
+# golang-github-modern-go-reflect2-dev) is the upstream fix, same API.
+REFLECT2_SRC=/usr/share/gocode/src/github.com/modern-go/reflect2
+[[ -f "$REFLECT2_SRC/go_above_118.go" ]] || die "reflect2 1.0.2 source missing at $REFLECT2_SRC"
+rsync -a --delete --exclude '*_test.go' --exclude 'test*/' "$REFLECT2_SRC/" \
+    "$SRC_DIR/vendor/github.com/modern-go/reflect2/" || die "cannot copy reflect2 into the vendor tree"
+
 # --- 3. build (GOPATH mode, offline, two parallel jobs) ----------------------------------------
 export PATH="$GO_ROOT/bin:$PATH"
 # GOFLAGS stays empty: 1.20's hack/lib/golang.sh pastes it into the build tags. Parallelism is
@@ -116,6 +130,7 @@ for c in "${COMPONENTS[@]}"; do
     cp -f "$out" "$BIN/$c.tmp" && mv -f "$BIN/$c.tmp" "$BIN/$c"
 done
 
+echo "$RECIPE" >"$BIN/.recipe"
 cache_complete || die "cache $BIN incomplete after build"
 "$BIN/kube-apiserver" --version >&2 || die "built kube-apiserver does not run"
 # The source tree and Go cache are several GiB; only the binaries are worth keeping.

@@ -4,7 +4,8 @@ Why: kind/k3s/docker are not available where the suite runs, but the Kubernetes 
 be tested against real API semantics (validation, the Job controller, scheduling, garbage
 collection, pod logs, audit). `TestCluster` starts etcd, kube-apiserver,
 kube-controller-manager and kube-scheduler built by ``build.sh``, plus ``node_agent.py`` which
-plays the kubelet for four fake nodes and runs pods as local processes.
+plays the kubelet for the fake nodes and runs pods as local processes, and stand-ins for
+the JobSet and Kueue controllers over their CRDs (README: "JobSet and Kueue (stand-ins)").
 
 Security setup (all throw-away, generated per start): one CA signs the API server's serving
 cert, its kubelet client cert and the agent's kubelet serving cert; the API server verifies the
@@ -20,6 +21,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -36,7 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from . import pki
+from . import crds, pki
 
 K8S_VERSION = "v1.20.2"
 HERE = Path(__file__).resolve().parent
@@ -49,6 +51,9 @@ BIN_DIR = CACHE_ROOT / K8S_VERSION / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 CONTROLLERS = ("kube-controller-manager", "kube-scheduler")
 NODE_NAMES = ("node-cpu", "node-gpu", "node-tpu", "node-spot", "node-tpu-spot")
+# the 4 hosts of the multi-host v5e 4x4 slice (node_agent.DEFAULT_NODES)
+SLICE_NODE_NAMES = tuple(f"node-tpu-slice-{i}" for i in range(4))
+STAND_INS = ("jobset-controller", "kueue-controller")  # JobSet and Kueue, see README
 CONTEXT = "kinetic-test"
 # The Role kinetic needs in a namespace (docs/kubernetes.md, "Permissions"); tests grant it
 # to a ServiceAccount (a batch driver's pod) or take a verb away from it.
@@ -80,8 +85,14 @@ class ClusterError(RuntimeError):
 
 
 def binaries_present() -> bool:
-    """True when build.sh's cache holds every binary the cluster needs."""
-    return all(os.access(BIN_DIR / b, os.X_OK) for b in BINARIES)
+    """True when build.sh's cache holds every binary the cluster needs, built by its current
+    recipe (its RECIPE line, written to bin/.recipe: an older build is rebuilt)."""
+    recipe = re.search(r'^RECIPE="(.*)"$', BUILD_SCRIPT.read_text(), re.MULTILINE)
+    stamp = BIN_DIR / ".recipe"
+    built = stamp.read_text().strip() if stamp.is_file() else ""
+    return bool(recipe and built == recipe[1]) and all(
+        os.access(BIN_DIR / b, os.X_OK) for b in BINARIES
+    )
 
 
 def ensure_built(timeout: float = 3600) -> None:
@@ -314,6 +325,7 @@ class TestCluster:
                 f"--tls-key={kubelet_serving.key}",
             ],
         )
+        self._start_stand_ins(kubeconfig)
         self._healthz = {
             "kube-scheduler": f"https://127.0.0.1:{sched_port}/healthz",
             "kube-controller-manager": f"https://127.0.0.1:{cm_port}/healthz",
@@ -328,6 +340,14 @@ class TestCluster:
             60,
             what="the default ServiceAccount with its token",
         )
+
+    def _start_stand_ins(self, kubeconfig: str) -> None:
+        """Serve the JobSet and Kueue CRDs (Established before any test runs) and start the
+        stand-in controllers that act on them (README: "JobSet and Kueue (stand-ins)")."""
+        crds.install(self.api)
+        for name in STAND_INS:
+            module = name.replace("-", "_") + ".py"
+            self._spawn(name, [sys.executable, str(HERE / module), f"--kubeconfig={kubeconfig}"])
 
     def stop(self) -> None:
         """Stop every process started (agent first, so it kills its pods) and clean up."""
@@ -652,7 +672,7 @@ class TestCluster:
                 for t in n.get("spec", {}).get("taints", [])
             )
         }
-        return ready >= set(NODE_NAMES)
+        return ready >= set(NODE_NAMES) | set(SLICE_NODE_NAMES)
 
     def _write_kubeconfig(self, path: Path) -> Path:
         path.write_text(self._kubeconfig_content({"token": self.token}))  # JSON is valid YAML

@@ -150,6 +150,22 @@ DEFAULT_NODES: tuple[NodeSpec, ...] = (
             {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"},
         ],
     ),
+    # A multi-host TPU slice: the 4 hosts of one v5e 4x4 node pool (tpu-v5e-16, machine
+    # type ct5lp-hightpu-4t, 4 chips each), labelled and tainted as GKE does TPU nodes.
+    *(
+        NodeSpec(
+            f"node-tpu-slice-{i}",
+            labels={
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+                "cloud.google.com/gke-tpu-topology": "4x4",
+                "cloud.google.com/gke-nodepool": "tpu-v5e-4x4",
+                "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t",
+            },
+            extra_capacity={"google.com/tpu": "4"},
+            taints=[{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}],
+        )
+        for i in range(4)
+    ),
 )
 
 
