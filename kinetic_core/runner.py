@@ -58,17 +58,18 @@ def run_job(storage_uri: str, job_id: str) -> int:
     storage = open_storage(storage_uri)
     signing_key = os.environ.get("KINETIC_SIGNING_KEY") or None
     decided = read_outcome(storage, job_id)
+    worker = _worker_index()
     if decided is not None:  # cancelled (or stopped) before it started: run nothing
         print(
             f"kinetic: job {job_id} is already {decided['status']}; not running it", file=sys.stderr
         )
-        return 1
+        # a late worker of a slice whose worker 0 already succeeded has nothing left to do
+        return 0 if worker and decided["status"] == "SUCCEEDED" else 1
     handle = read_json(storage, layout.job_file(job_id, layout.HANDLE))
     other = _other_attempt(storage, job_id, handle)
     if other is not None:
         print(f"kinetic: job {job_id} is not run: {other}", file=sys.stderr)
         return REFUSED_EXIT_CODE
-    worker = _worker_index()
     started = layout.STARTED if worker == 0 else f"started-worker-{worker}.json"
     if not write_record(storage, job_id, started, create_only=True, event="started"):
         return _refuse_second_run(storage, job_id, started)

@@ -261,30 +261,50 @@ def all_workers_sleep(workdir: str) -> None:
 
 
 def slice_resumable(workdir: str, steps: int = 10) -> dict[str, object]:
-    """Worker 0 checkpoints in KINETIC_OUTPUT_DIR (as ``resumable_in_outputs``); every
-    worker appends "<job id> <worker> <first step>" to ``workdir/starts``; the first run of
-    every worker waits half-way for the reclaim."""
+    """Worker 0 checkpoints in KINETIC_OUTPUT_DIR (as ``resumable_in_outputs``) and appends
+    "<job id> 0 <first step>" to ``workdir/starts``; worker k appends "<job id> k". In the
+    first attempt every worker waits for the reclaim (worker 0 half-way); later ones end."""
     import kinetic_core as kc
 
     me = kc.worker()
     job_id = os.environ["KINETIC_JOB_ID"]
+    halfway = os.path.join(workdir, "halfway")
+    if me.index != 0:
+        with open(os.path.join(workdir, "starts"), "a") as fh:
+            fh.write(f"{job_id} {me.index}\n")
+        first = not os.path.exists(halfway) or _read(halfway) == job_id
+        if first:
+            time.sleep(600)  # until the slice is reclaimed
+        return {"worker": me.index}
     checkpoint = os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "checkpoint")
     start = 0
     if os.path.exists(checkpoint):
         with open(checkpoint) as fh:
             start = int(fh.read())
     with open(os.path.join(workdir, "starts"), "a") as fh:
-        fh.write(f"{job_id} {me.index} {start}\n")
-    if me.index != 0:
-        if start == 0:
-            time.sleep(600)
-        return {"worker": me.index}
+        fh.write(f"{job_id} 0 {start}\n")
+    deadline = time.time() + 120  # a rendezvous, as jax.distributed.initialize() is
+    while time.time() < deadline:
+        if (
+            sum(
+                line.startswith(job_id)
+                for line in _read(os.path.join(workdir, "starts")).split("\n")
+            )
+            >= me.count
+        ):
+            break
+        time.sleep(0.2)
     for step in range(start, steps):
         with open(checkpoint + ".tmp", "w") as fh:
             fh.write(str(step + 1))
         os.replace(checkpoint + ".tmp", checkpoint)
         if start == 0 and step + 1 == steps // 2:
-            with open(os.path.join(workdir, "halfway"), "w") as fh:
+            with open(halfway, "w") as fh:
                 fh.write(job_id)
             time.sleep(600)  # until the slice is reclaimed
     return {"resumed_from": start, "job_id": job_id}
+
+
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()

@@ -17,6 +17,7 @@ is (``states.job_state``); the gang then reads:
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from kinetic_core.backends import BackendState
@@ -79,7 +80,9 @@ def jobset_state(
     nodes: dict[str, dict[str, Any]] | None = None,
     workload: dict[str, Any] | None = None,
 ) -> BackendState:
-    """The BackendState of a JobSet job (see the module docstring)."""
+    """The BackendState of a JobSet job (see the module docstring). A pending one's
+    ``started_at`` is when its Jobs were made (its admission, when queued), from which
+    status resolution counts ``schedule_timeout`` of a queued job."""
     if jobset is None:  # deleted: its pods may still be stopping (or it was never made)
         return job_state(None, pods, nodes)
     queued = queued_state(jobset, workload)
@@ -116,7 +119,11 @@ def jobset_state(
         i: job_state(job_of[i], by_index.get(i, []), nodes) if i in job_of else None
         for i in range(replicas)
     }
-    return _gang_state(workers)
+    state = _gang_state(workers)
+    if state.phase == "pending":  # since when it may be scheduled: its Jobs' creation
+        made = [t for j in jobs if (t := _ts(j["metadata"].get("creationTimestamp")))]
+        state = replace(state, started_at=min(made) if made else None)
+    return state
 
 
 def _gang_state(workers: dict[int, BackendState | None]) -> BackendState:
