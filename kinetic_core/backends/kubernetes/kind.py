@@ -107,8 +107,17 @@ class KubernetesKind:
 
 def check_shape(target: Target) -> None:
     """The accelerator and num_hosts name a known shape (a multi-host one runs as a JobSet,
-    checked served at launch), and the Kueue queue and priority are label values."""
-    accelerator_spec(target.accelerator, target.num_hosts)
+    checked served at launch; any other backend refuses it: interfaces point 4), and the
+    Kueue queue and priority are label values."""
+    hosts = accelerator_spec(target.accelerator, target.num_hosts).hosts
+    if hosts > 1 and target.backend not in ("kubernetes", "gke"):
+        # checked here because these options are this kind's: a local job is one process
+        raise ConfigError(
+            f"{hosts} hosts: the {target.backend or 'local'} backend runs a job as one process "
+            "on this machine, never a multi-host job (num_hosts > 1 or a multi-host slice such "
+            "as tpu-v5e-16). Run it on Kubernetes/GKE (backend='gke' or 'kubernetes'), or "
+            "leave num_hosts unset and pick a single-host accelerator here."
+        )
     for name in ("queue", "priority"):
         value = getattr(target, name)
         if value is not None and (not isinstance(value, str) or not valid_labels({"k": value})):

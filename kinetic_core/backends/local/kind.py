@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from kinetic_core import signing
 from kinetic_core.backends import Backend, BackendKind, PlainKind
-from kinetic_core.errors import ConfigError
 
 if TYPE_CHECKING:
     from kinetic_core.config import Target
@@ -19,7 +18,7 @@ if TYPE_CHECKING:
 class LocalKind(PlainKind):
     """Jobs are detached processes on this machine, addressed by job id; no consoles."""
 
-    options = frozenset({"local_dir", "num_hosts", "accelerator"})
+    options = frozenset({"local_dir"})
     #: Its jobs share this machine's filesystem: a Data arrives as a path, not at a mount.
     supports_volumes = False
 
@@ -27,22 +26,6 @@ class LocalKind(PlainKind):
         from kinetic_core.backends.local.backend import LocalBackend
 
         return LocalBackend.from_target(target)
-
-    def check_options(self, target: Target) -> None:
-        """Nothing of this backend runs multi-host: one process is one host (the catalogue
-        is read lazily: it needs no Kubernetes client)."""
-        if target.backend not in (None, "local"):
-            return
-        from kinetic_core.backends.kubernetes.accelerators import accelerator_spec
-
-        hosts = accelerator_spec(target.accelerator, target.num_hosts).hosts
-        if hosts > 1:
-            raise ConfigError(
-                f"{hosts} hosts: the local backend runs a job as one process on this machine, "
-                "never a multi-host job (num_hosts > 1 or a multi-host slice such as "
-                "tpu-v5e-16). Run it on Kubernetes/GKE (backend='gke' or 'kubernetes'), or "
-                "leave num_hosts unset and pick a single-host accelerator here."
-            )
 
     def cache_key(self, target: Target) -> tuple[object, ...]:
         """One instance per folder, storage and signing key IN FORCE (argument, else the
