@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -174,15 +175,50 @@ def test_a_server_without_jobset_is_a_config_error_before_anything_is_made(
     _backends.clear()
 
 
-def test_polling_50_multi_host_jobs_costs_a_fixed_number_of_requests(
+def test_a_worker_that_cannot_be_scheduled_keeps_the_gang_pending_until_schedule_timeout(
+    tpu: kc.Target,
+) -> None:
+    target = tpu.merge({"node_selector": {"kinetic-test/no-such-pool": "x"}, "schedule_timeout": 4})
+    job = kc.submit(k8s_fns.square, (2,), target=target)
+    state = _until("Unschedulable", lambda: (s := job.state()).reason == "Unschedulable" and s)
+    assert state.status is kc.JobStatus.PENDING
+    assert (state.message or "").startswith("worker ")
+    ended = job.wait(timeout=120)
+    assert (ended.status, ended.reason) == (kc.JobStatus.FAILED, "ScheduleTimeout")
+    _until("nothing of the job left", lambda: not _objects(_backend(target), job.job_id) or None)
+
+
+def test_polling_multi_host_jobs_costs_the_same_requests_for_1_or_10(
     tpu: kc.Target, k8s_cluster: Any
 ) -> None:
-    """O(watched jobs): one poll of many JobSet jobs is one LIST each of Jobs, Pods and
-    JobSets (nothing per job)."""
-    backend = _backend(tpu)
-    ids = [f"nojob{i}-{uuid.uuid4().hex[:6]}" for i in range(50)]
-    backend.poll(ids)  # discovery once
-    before = backend.client.stats.snapshot().requests
-    states = backend.poll(ids)
-    assert backend.client.stats.snapshot().requests - before == 3
-    assert {s.phase for s in states.values()} == {"not_found"}
+    """O(watched jobs): one poll of JobSet jobs is one LIST each of Jobs, Pods, JobSets and
+    (while queued) Workloads per namespace, whether it watches 1 or 10 (audit log)."""
+    from kinetic_core.backends.kubernetes import USER_AGENT, KubernetesBackend
+
+    queued = tpu.merge({"queue": "no-such-queue-here"})
+    jobs = [kc.submit(k8s_fns.square, (i,), target=queued) for i in range(10)]
+    kinds = ("jobs", "pods", "jobsets", "workloads")
+
+    def lists() -> dict[str, int]:
+        return {k: k8s_cluster.count_requests("list", k, USER_AGENT) for k in kinds}
+
+    for watched in (jobs[:1], jobs):
+        observer = KubernetesBackend(queued.resolve())  # its own client and counters
+        ids = [j.job_id for j in watched]
+        observer.poll(ids)  # discovery, once per client
+        _until(
+            "every job Queued",
+            lambda: all(
+                s.reason == "Queued"
+                for s in observer.poll(ids).values()  # noqa: B023
+            ),
+        )
+        time.sleep(2)  # the audit log is written in batches
+        before, made = lists(), observer.client.stats.snapshot().requests
+        observer.poll(ids)
+        assert observer.client.stats.snapshot().requests - made == 4
+        time.sleep(2)
+        after = lists()
+        assert {k: after[k] - before[k] for k in kinds} == dict.fromkeys(kinds, 1)
+    for job in jobs:
+        job.cancel()
