@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -100,10 +102,22 @@ def test_a_queued_job_reads_queued_then_runs_when_admitted(
     assert jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue.name
     assert jobset["spec"]["suspend"] is True
     assert not (tmp_path / "rank-0").exists()
+    time.sleep(2)  # queued time that life_span must not count
+    admitted_after = datetime.now(UTC).replace(microsecond=0)
     queue.raise_quota(16)
     views = job.result(timeout=180, cleanup=False)
     assert [v["index"] for v in views] == [0, 1, 2, 3]
     assert job.state().status is kc.JobStatus.SUCCEEDED
+    # life_span (activeDeadlineSeconds of the child Jobs) starts at admission: the Jobs
+    # were made once Kueue admitted the workload, never while it was queued
+    children = backend.client.call(
+        "GET", backend.client.ns("jobs"), query={"labelSelector": f"kinetic/job-id={job.job_id}"}
+    )["items"]
+    assert len(children) == 4
+    for child in children:
+        assert child["spec"]["activeDeadlineSeconds"] == 600
+        made = datetime.fromisoformat(child["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+        assert made >= admitted_after
 
 
 def test_a_queued_single_host_job_is_a_jobset_of_one_with_its_priority(
