@@ -37,13 +37,15 @@ import os
 import select
 import signal
 import stat
-import subprocess
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kinetic_core.log_chunks import ChunkWriter
 from kinetic_core.storage import Storage, open_storage
+
+if TYPE_CHECKING:
+    import subprocess
 
 FLUSH_SECONDS = 3.0
 #: How long the runner waits for a flush it asked for, and for the pump at its exit.
@@ -67,6 +69,8 @@ class LogCapture:
         self.pump: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        import subprocess  # here: a runner that keeps no stream (local) does not pay for it
+
         writer = ChunkWriter(self.storage, self.job_id, worker=self.worker, warn=_say)
         writer.begin()  # started_ns in storage before any byte of the stream is printed
         data_r, data_w = os.pipe()
@@ -118,7 +122,7 @@ class LogCapture:
             with contextlib.suppress(OSError):
                 os.close(fd)
         if self.pump is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            with contextlib.suppress(Exception):  # TimeoutExpired: the pump goes on alone
                 self.pump.wait(END_SECONDS)
 
 
