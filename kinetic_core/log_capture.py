@@ -277,25 +277,23 @@ def sync() -> None:
 
 
 def stop() -> None:
-    """Stop the runner's capture, if any: every byte so far reaches storage. SIGTERM waits
-    until then (a pod deleted right after its job ended must not cut the last write)."""
+    """Stop the runner's capture, if any: every byte so far reaches storage. Called as the
+    runner ends, so SIGTERM stays blocked from here on: a pod deleted right after the job's
+    end was decided neither cuts the last write nor turns the runner's exit code into 143
+    (the pending signal dies with the process)."""
     if not _active:
         return
-    main_thread = threading.current_thread() is threading.main_thread()
-    if main_thread:
+    if threading.current_thread() is threading.main_thread():
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    try:
-        while _active:
-            _active.pop().stop()
-    finally:
-        if main_thread:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    while _active:
+        _active.pop().stop()
 
 
 def _stop_and_die(signum: int, frame: Any) -> None:
     """SIGTERM before the runner handles it: flush, then die by SIGTERM as before."""
     stop()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     os.kill(os.getpid(), signal.SIGTERM)
 
 

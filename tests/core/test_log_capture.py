@@ -206,3 +206,21 @@ def test_no_tee_where_stdout_is_a_file(tmp_path: Path) -> None:
             check=True,
         )
     assert out.read_text() == "False\n"
+
+
+def test_a_sigterm_after_the_end_keeps_the_runners_exit_code(tmp_path: Path) -> None:
+    """A pod deleted right after the job's end was decided (recovery deletes the old
+    attempt's pods) must not turn the runner's exit code into 143."""
+    done = _run(
+        tmp_path,
+        """
+        from kinetic_core import notice
+        notice.install()
+        print("done", flush=True)
+        log_capture.stop()
+        os.kill(os.getpid(), 15)
+        sys.exit(75)
+        """,
+    )
+    assert done.returncode == 75
+    assert read_all(_store(tmp_path), JOB) == "done\n"
