@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import Any
 
-from kinetic_core import layout, notice, outputs, versions
+from kinetic_core import layout, log_capture, notice, outputs, versions
 from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.ids import validate_id
 from kinetic_core.payload import (
@@ -70,6 +70,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
         return REFUSED_EXIT_CODE
     if not write_record(storage, job_id, layout.STARTED, create_only=True, event="started"):
         return _refuse_second_run(storage, job_id)
+    log_capture.start(storage, job_id)  # the job's output also kept in storage as it runs
     phase = "load"
     try:
         versions.check_setup(storage, job_id)  # ImageMismatch: before anything is unpickled
@@ -97,6 +98,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         body["exit_code"] = code if 0 < code < 256 else 1
     outputs.finish(storage_uri, job_id)  # in storage before the state can read terminal
+    log_capture.sync()  # so is the job's log
     _store(storage, job_id, body, signing_key)
     return 0 if body["success"] else int(body.get("exit_code") or 1)
 
@@ -228,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    finally:
+        log_capture.stop()  # every end: the rest of the output reaches storage
 
 
 if __name__ == "__main__":
