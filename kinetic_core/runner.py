@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import Any
 
-from kinetic_core import layout, log_capture, notice, outputs, versions
+from kinetic_core import bootstrap, layout, log_capture, notice, outputs, versions
 from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.ids import validate_id
 from kinetic_core.payload import (
@@ -71,6 +71,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
     if not write_record(storage, job_id, layout.STARTED, create_only=True, event="started"):
         return _refuse_second_run(storage, job_id)
     log_capture.start(storage, job_id)  # the job's output also kept in storage as it runs
+    bootstrap.replay()  # what a requirements= install printed before the capture began
     phase = "load"
     try:
         versions.check_setup(storage, job_id)  # ImageMismatch: before anything is unpickled
