@@ -10,6 +10,9 @@ jobs/{job_id}/stop.json          (read only: the stop marker of older versions)
 jobs/{job_id}/collected.json     the result was delivered
 jobs/{job_id}/result.pkl         result envelope, create-only
 jobs/{job_id}/output.log         the job's log, kept once the backend deletes its own copy
+jobs/{job_id}/logs/{worker}/stream.json    the runner's log stream: started_ns, chunk size, ended_ns
+jobs/{job_id}/logs/{worker}/{seq:08d}.log  its bytes in chunks of exactly the chunk size (the
+                                 last one shorter, rewritten as it grows); worker: worker-0, ...
 jobs/{job_id}/history/{status}-{reason}.json  one create-only record per observed transition
 jobs/{job_id}/superseded.json    create-only: the attempt that recovered this one
 keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids are probed)
@@ -51,6 +54,8 @@ LAUNCHED = "launched.json"  # the backend accepted the job (a later "not found" 
 LOG = "output.log"
 SUPERSEDED = "superseded.json"
 HISTORY = "history"
+LOGS = "logs"
+LOG_STREAM = "stream.json"
 # What cleanup(storage=True) deletes: the envelopes. The records stay as a tombstone.
 ENVELOPES = (PAYLOAD, RESULT)
 
@@ -77,6 +82,21 @@ def history_dir(job_id: str) -> str:
 def history_entry(job_id: str, name: str) -> str:
     """``jobs/{job_id}/history/{name}.json``; ``name`` is made of ``[A-Za-z0-9-]`` only."""
     return f"{JOBS}/{job_id}/{HISTORY}/{name}.json"
+
+
+def log_stream_dir(job_id: str, worker: int = 0) -> str:
+    """``jobs/{job_id}/logs/worker-{n}``: one worker's output stream (a multi-worker job
+    keeps one per worker; a single-worker job is worker 0)."""
+    return f"{JOBS}/{job_id}/{LOGS}/worker-{int(worker)}"
+
+
+def log_stream_meta(job_id: str, worker: int = 0) -> str:
+    return f"{log_stream_dir(job_id, worker)}/{LOG_STREAM}"
+
+
+def log_chunk(job_id: str, seq: int, worker: int = 0) -> str:
+    """``jobs/{job_id}/logs/worker-{n}/{seq:08d}.log``: chunk ``seq`` of one stream."""
+    return f"{log_stream_dir(job_id, worker)}/{int(seq):08d}.log"
 
 
 def key_index(idempotency_key: str) -> str:

@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import Any
 
-from kinetic_core import layout, notice, outputs, versions
+from kinetic_core import bootstrap, layout, log_capture, notice, outputs, versions
 from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.ids import validate_id
 from kinetic_core.payload import (
@@ -73,6 +73,8 @@ def run_job(storage_uri: str, job_id: str) -> int:
     started = layout.STARTED if worker == 0 else f"started-worker-{worker}.json"
     if not write_record(storage, job_id, started, create_only=True, event="started"):
         return _refuse_second_run(storage, job_id, started)
+    log_capture.start(storage, job_id, worker=worker)  # also kept in storage as it runs
+    bootstrap.replay()  # what a requirements= install printed before the capture began
     phase = "load"
     try:
         versions.check_setup(storage, job_id)  # ImageMismatch: before anything is unpickled
@@ -104,9 +106,11 @@ def run_job(storage_uri: str, job_id: str) -> int:
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         body["exit_code"] = code if 0 < code < 256 else 1
     if worker and body["success"]:  # only worker 0's value is the result
+        log_capture.sync()
         return 0
     if worker == 0:
         outputs.finish(storage_uri, job_id)  # in storage before the state can read terminal
+    log_capture.sync()  # so is the job's log
     _store(storage, job_id, body, signing_key)
     return 0 if body["success"] else int(body.get("exit_code") or 1)
 
@@ -248,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    finally:
+        log_capture.stop()  # every end: the rest of the output reaches storage
 
 
 if __name__ == "__main__":

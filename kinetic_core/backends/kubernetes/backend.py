@@ -25,15 +25,18 @@ from kinetic_core.backends.kubernetes.manifest import (
     secret_manifest,
     valid_labels,
 )
+from kinetic_core.backends.kubernetes.pod_logs import POD_LINES, JobLog
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
 from kinetic_core.backends.kubernetes.slice_states import jobset_state
 from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
-from kinetic_core.config import Target
+from kinetic_core.config import DEFAULT_STORAGE, Target
 from kinetic_core.errors import BackendError, ConfigError, PermissionDenied, SubmissionError
+from kinetic_core.storage import open_storage
 
 log = logging.getLogger(__name__)
 
-LOG_CHUNK_LINES = 5000
+LOG_CHUNK_LINES = POD_LINES  # lines per read_logs chunk from a pod (a public name)
+
 # The tag of a batch driver job (``batch/stager.py``): it reaches the API in-cluster.
 DRIVER_TAG = "kinetic/batch-driver"
 # Job ids per label-selected LIST: keeps the request URL well under server limits.
@@ -64,6 +67,7 @@ class KubernetesBackend:
         self.name = target.backend or "kubernetes"
         self.client = KubeClient(target)
         self.namespace = self.client.namespace
+        self.storage_uri = target.storage or DEFAULT_STORAGE  # where the runner keeps logs
 
     @classmethod
     def from_target(cls, target: Target) -> KubernetesBackend:
@@ -309,19 +313,21 @@ class KubernetesBackend:
         time.sleep(timeout)
 
     # ---- logs ---------------------------------------------------------------------------
-    def _pod_name(self, job_id: str) -> str | None:
-        pods = self.client.call(
-            "GET", self.client.ns("pods"), query={"labelSelector": f"kinetic/job-id={job_id}"}
-        )["items"]
-        pods.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
-        return pods[-1]["metadata"]["name"] if pods else None
+    def _job_log(self, job_id: str) -> JobLog:
+        """The job's log: its pod while that exists, then what its runner kept in storage."""
+        return JobLog(
+            open_storage(self.storage_uri),
+            job_id,
+            pods=lambda: self.client.call(
+                "GET", self.client.ns("pods"), query={"labelSelector": f"kinetic/job-id={job_id}"}
+            )["items"],
+            pod_log=self._pod_log,
+        )
 
-    def _log(self, job_id: str, **query: Any) -> str:
-        """The kinetic container's log (a pod may hold sidecars)."""
+    def _pod_log(self, pod: str, **query: Any) -> str | None:
+        """The kinetic container's log (a pod may hold sidecars); None when the pod is gone
+        or its container has not started."""
         query["container"] = KINETIC_CONTAINER
-        pod = self._pod_name(job_id)
-        if pod is None:
-            return ""
         try:
             return str(
                 self.client.call(
@@ -334,34 +340,15 @@ class KubernetesBackend:
             )
         except KubeApiError as exc:
             if exc.status in (400, 404):  # container not started yet, or pod gone
-                return ""
+                return None
             raise
 
     def logs(self, job_id: str, tail: int | None = None) -> str:
-        return self._log(job_id, tailLines=tail)
+        return self._job_log(job_id).text(tail)
 
     def read_logs(self, job_id: str, cursor: str | None) -> tuple[str, str | None]:
-        """New lines since ``cursor`` ("<RFC3339 timestamp>|<lines seen at it>")."""
-        since, seen = cursor.split("|") if cursor else ("", "0")
-        text = self._log(job_id, timestamps="true", sinceTime=since or None, limitBytes=8 << 20)
-        out: list[str] = []
-        last, count = since, int(seen)
-        skip = count
-        for line in text.splitlines():
-            stamp, _, content = line.partition(" ")
-            if since and stamp < since:
-                continue
-            if stamp == since and skip > 0:
-                skip -= 1
-                continue
-            out.append(content)
-            count = count + 1 if stamp == last else 1
-            last = stamp
-            if len(out) >= LOG_CHUNK_LINES:
-                break
-        if not out:
-            return "", cursor
-        return "\n".join(out) + "\n", f"{last}|{count}"
+        """New output since ``cursor``: one cursor across the pod and storage (pod_logs.py)."""
+        return self._job_log(job_id).read(cursor)
 
     # ---- stop ---------------------------------------------------------------------------
     def _stop_requests(self, job_id: str) -> list[tuple[str, str, dict[str, Any]]]:
