@@ -58,19 +58,22 @@ def run_job(storage_uri: str, job_id: str) -> int:
     storage = open_storage(storage_uri)
     signing_key = os.environ.get("KINETIC_SIGNING_KEY") or None
     decided = read_outcome(storage, job_id)
+    worker = _worker_index()
     if decided is not None:  # cancelled (or stopped) before it started: run nothing
         print(
             f"kinetic: job {job_id} is already {decided['status']}; not running it", file=sys.stderr
         )
-        return 1
+        # a late worker of a slice whose worker 0 already succeeded has nothing left to do
+        return 0 if worker and decided["status"] == "SUCCEEDED" else 1
     handle = read_json(storage, layout.job_file(job_id, layout.HANDLE))
     other = _other_attempt(storage, job_id, handle)
     if other is not None:
         print(f"kinetic: job {job_id} is not run: {other}", file=sys.stderr)
         return REFUSED_EXIT_CODE
-    if not write_record(storage, job_id, layout.STARTED, create_only=True, event="started"):
-        return _refuse_second_run(storage, job_id)
-    log_capture.start(storage, job_id)  # the job's output also kept in storage as it runs
+    started = layout.STARTED if worker == 0 else f"started-worker-{worker}.json"
+    if not write_record(storage, job_id, started, create_only=True, event="started"):
+        return _refuse_second_run(storage, job_id, started)
+    log_capture.start(storage, job_id, worker=worker)  # also kept in storage as it runs
     bootstrap.replay()  # what a requirements= install printed before the capture began
     phase = "load"
     try:
@@ -92,13 +95,21 @@ def run_job(storage_uri: str, job_id: str) -> int:
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)
         if notice.preempted():  # stopped from outside: no result, the backend says why
-            outputs.finish(storage_uri, job_id)  # but the checkpoint reaches storage
+            if worker == 0:
+                outputs.finish(storage_uri, job_id)  # but the checkpoint reaches storage
             return notice.EXIT_CODE
         body = failure_body(exc, phase=phase, traceback_text=tb)
+        if worker:  # the first failing worker decides FAILED: say which one
+            body["worker"] = worker
+            body["exc_message"] = f"worker {worker}: {body.get('exc_message', '')}"
         body["reason"] = versions.reason_of(exc)
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         body["exit_code"] = code if 0 < code < 256 else 1
-    outputs.finish(storage_uri, job_id)  # in storage before the state can read terminal
+    if worker and body["success"]:  # only worker 0's value is the result
+        log_capture.sync()
+        return 0
+    if worker == 0:
+        outputs.finish(storage_uri, job_id)  # in storage before the state can read terminal
     log_capture.sync()  # so is the job's log
     _store(storage, job_id, body, signing_key)
     return 0 if body["success"] else int(body.get("exit_code") or 1)
@@ -118,13 +129,23 @@ def _other_attempt(storage: Storage, job_id: str, handle: dict[str, Any] | None)
     return None
 
 
-def _refuse_second_run(storage: Storage, job_id: str) -> int:
+def _worker_index() -> int:
+    """This worker's index in a multi-host job (0 for a single-host one).
+
+    Minimal per-worker fence of issue 19 (slice-backend), until the per-worker runner
+    lands: each worker writes its own started record, only worker 0 stores a success, any
+    worker stores a failure (create-only: the first failing worker wins)."""
+    raw = os.environ.get("KINETIC_WORKER_INDEX", "0")
+    return int(raw) if raw.isdigit() else 0
+
+
+def _refuse_second_run(storage: Storage, job_id: str, started: str = layout.STARTED) -> int:
     """The job's function already started once: this process is a replacement (a deleted or
     evicted pod that Kubernetes restarted, say). A job id means one execution, so nothing
     runs. Nothing is decided either: the first run may still be alive (a pod deleted
     gracefully runs until its grace period ends); the backend reads this refusal as no end
     of the job, which ends as the first run does (``Lost`` if it stored nothing)."""
-    first = read_json(storage, layout.job_file(job_id, layout.STARTED)) or {}
+    first = read_json(storage, layout.job_file(job_id, started)) or {}
     print(
         f"kinetic: job {job_id}: its function started once already (on {first.get('host', '?')}, "
         f"pid {first.get('pid', '?')}); a job id means one run, so this process (a replacement "
