@@ -2,7 +2,9 @@
 
 The heavy steps run as detached kinetic jobs: on the embedded default (local backend,
 ``file://~/.kinetic`` or ``KINETIC_STORAGE``) they are local processes; on GKE the same DAG
-runs them on TPUs/GPUs by changing the ``kinetic_default`` connection only. The worker
+runs them on TPUs/GPUs by changing the ``kinetic_default`` connection only, and ``train``
+moves to a multi-host slice by setting the Airflow Variable ``nightly_train_accelerator``
+(``tpu-v5e-16``: 4 hosts, every worker runs ``train_model``, worker 0's result). The worker
 slot is released while each job runs (deferrable), and retries reattach to running jobs.
 
 Data moves only through storage: each job writes files into its output folder
@@ -145,7 +147,11 @@ with DAG(
         task_id="train",
         python_callable=train_model,
         op_kwargs={"prepared": prepare.output, "epochs": 200, "lr": 0.1},
-        target={"accelerator": "tpu-v5e-8", "spot": True, "life_span": 3600},
+        target={
+            "accelerator": "{{ var.value.get('nightly_train_accelerator', 'tpu-v5e-8') }}",
+            "spot": True,
+            "life_span": 3600,
+        },
         poll_interval=2,
         execution_timeout=timedelta(hours=2),
     )

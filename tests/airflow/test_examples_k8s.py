@@ -1,5 +1,6 @@
 """End to end: the nightly DAG of ``make demo`` (the very file), with ``dag.test()``, on the
-Kubernetes test cluster with gs:// storage on the GCS emulator. Data moves only through
+Kubernetes test cluster with gs:// storage on the GCS emulator, its ``train`` moved to a
+multi-host TPU slice by an Airflow Variable only. Data moves only through
 storage: the pods run in fresh folders with the manifest's environment."""
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def test_nightly_dag_on_kubernetes_with_gcs_storage(
 
     uri = gcs_emulator.uri(f"af-k8s-{os.urandom(4).hex()}")
     run_examples_here(cluster, uri, monkeypatch, tmp_path)
+    # By configuration only, train runs on a multi-host slice (4 hosts of a spot v5e 4x4).
+    monkeypatch.setenv("AIRFLOW_VAR_NIGHTLY_TRAIN_ACCELERATOR", "tpu-v5e-16")
     bag = dag_bag(ROOT / "dags_examples" / "nightly_training.py")
     assert not bag.import_errors, bag.import_errors
     register(bag, "nightly_training")
@@ -54,6 +57,10 @@ def test_nightly_dag_on_kubernetes_with_gcs_storage(
     model = json.loads(storage.read_bytes(f"outputs/{registry_job}/model.json"))
     trained = json.loads(storage.read_bytes(f"outputs/{published['model_job']}/model.json"))
     assert model == trained and model["epoch"] == 200
+    train = json.loads(storage.read_bytes(f"jobs/{published['model_job']}/handle.json"))
+    assert train["target"]["accelerator"] == "tpu-v5e-16"
+    for worker in range(4):  # every worker of the slice ran, its log kept in storage
+        assert storage.exists(f"jobs/{published['model_job']}/logs/worker-{worker}/stream.json")
     for job_id in (registry_job, published["model_job"]):  # they ran as pods
         handle = json.loads(storage.read_bytes(f"jobs/{job_id}/handle.json"))
         assert handle["target"]["backend"] == "kubernetes"

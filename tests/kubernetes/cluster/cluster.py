@@ -53,6 +53,7 @@ CONTROLLERS = ("kube-controller-manager", "kube-scheduler")
 NODE_NAMES = ("node-cpu", "node-gpu", "node-tpu", "node-spot", "node-tpu-spot")
 # the 4 hosts of the multi-host v5e 4x4 slice (node_agent.DEFAULT_NODES)
 SLICE_NODE_NAMES = tuple(f"node-tpu-slice-{i}" for i in range(4))
+SPOT_SLICE_NODE_NAMES = tuple(f"node-tpu-slice-spot-{i}" for i in range(4))  # spot node pool
 STAND_INS = ("jobset-controller", "kueue-controller")  # JobSet and Kueue, see README
 CONTEXT = "kinetic-test"
 # The Role kinetic needs in a namespace (docs/kubernetes.md, "Permissions"); tests grant it
@@ -678,7 +679,7 @@ class TestCluster:
                 for t in n.get("spec", {}).get("taints", [])
             )
         }
-        return ready >= set(NODE_NAMES) | set(SLICE_NODE_NAMES)
+        return ready >= set(NODE_NAMES) | set(SLICE_NODE_NAMES) | set(SPOT_SLICE_NODE_NAMES)
 
     def _write_kubeconfig(self, path: Path) -> Path:
         path.write_text(self._kubeconfig_content({"token": self.token}))  # JSON is valid YAML

@@ -117,6 +117,29 @@ class NodeSpec:
     taints: list[dict[str, str]] = field(default_factory=list)
 
 
+SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
+
+
+def _slice_host(name: str, *, spot: bool) -> NodeSpec:
+    """One host of a v5e 4x4 slice (machine type ct5lp-hightpu-4t, 4 chips), labelled and
+    tainted as GKE labels and taints TPU (and spot) nodes."""
+    return NodeSpec(
+        name,
+        labels={
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+            "cloud.google.com/gke-tpu-topology": "4x4",
+            "cloud.google.com/gke-nodepool": "tpu-v5e-4x4-spot" if spot else "tpu-v5e-4x4",
+            "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t",
+            **({"cloud.google.com/gke-spot": "true"} if spot else {}),
+        },
+        extra_capacity={"google.com/tpu": "4"},
+        taints=[
+            {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"},
+            *([SPOT_TAINT] if spot else []),
+        ],
+    )
+
+
 DEFAULT_NODES: tuple[NodeSpec, ...] = (
     NodeSpec("node-cpu"),
     NodeSpec(
@@ -150,22 +173,10 @@ DEFAULT_NODES: tuple[NodeSpec, ...] = (
             {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"},
         ],
     ),
-    # A multi-host TPU slice: the 4 hosts of one v5e 4x4 node pool (tpu-v5e-16, machine
-    # type ct5lp-hightpu-4t, 4 chips each), labelled and tainted as GKE does TPU nodes.
-    *(
-        NodeSpec(
-            f"node-tpu-slice-{i}",
-            labels={
-                "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-                "cloud.google.com/gke-tpu-topology": "4x4",
-                "cloud.google.com/gke-nodepool": "tpu-v5e-4x4",
-                "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t",
-            },
-            extra_capacity={"google.com/tpu": "4"},
-            taints=[{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}],
-        )
-        for i in range(4)
-    ),
+    # Two multi-host TPU slices: the 4 hosts of a v5e 4x4 node pool each (tpu-v5e-16);
+    # the second is a spot node pool (the nightly example's `train` asks for spot).
+    *(_slice_host(f"node-tpu-slice-{i}", spot=False) for i in range(4)),
+    *(_slice_host(f"node-tpu-slice-spot-{i}", spot=True) for i in range(4)),
 )
 
 
