@@ -1,0 +1,191 @@
+"""Every worker of a multi-host job runs the real runner (``python -m kinetic_core.runner``,
+as each pod does) with the env the JobSet manifest gives it, on one file:// store: each
+runs the function once with its rank, only worker 0's value is the result, the first
+failing worker decides FAILED and is named, a replacement of a worker refuses (117)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kinetic_core as kc
+from kinetic_core import layout, registry
+from kinetic_core.backends import REFUSED_EXIT_CODE, PlainKind
+from kinetic_core.backends.kubernetes.pod_logs import JobLog
+from kinetic_core.failures import describe_failure, failed_worker
+from kinetic_core.jobs import load_handle
+from kinetic_core.polling import poll_ticks
+from kinetic_core.records import read_outcome
+from kinetic_core.storage import open_storage
+from tests.core import scripted_backend, workerfns
+
+ROOT = Path(__file__).resolve().parents[2]
+COUNT = 4
+HOSTS = [f"kjob-workers-{i}-0.kjob" for i in range(COUNT)]
+SLICE = "tpu-v5e-16"  # 4 hosts x 4 chips
+
+
+def start_worker(storage_uri: str, job_id: str, index: int) -> subprocess.Popen[str]:
+    """Worker ``index``'s runner with the env of its pod (manifest interface point 1)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KINETIC_", "TPU_"))}
+    env.update(
+        KINETIC_WORKER_INDEX=str(index),
+        KINETIC_WORKER_COUNT=str(COUNT),
+        KINETIC_WORKER_HOSTNAMES=",".join(HOSTS),
+        KINETIC_COORDINATOR_ADDRESS=f"{HOSTS[0]}:8476",
+        KINETIC_LOG_TO_STORAGE="1",  # stdout is a pipe, as a pod's: its log kept in storage
+        KINETIC_LOG_FLUSH_SECONDS="0.2",
+    )
+    argv = [sys.executable, "-m", "kinetic_core.runner", "--storage", storage_uri]
+    return subprocess.Popen(
+        [*argv, "--job-id", job_id],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=120)
+    return proc.returncode, out
+
+
+def submit(barrier: Path, fail_on: int = -1, hold: str = "", held: int = 0) -> kc.JobHandle:
+    """A job on a 4-host TPU slice, launched nowhere (the scripted backend): the test
+    starts its workers' runners itself."""
+    barrier.mkdir()
+    job = kc.submit(
+        workerfns.rendezvous,
+        (str(barrier), fail_on, 3, hold, held),
+        target={"backend": scripted_backend.NAME},
+    )
+    return as_slice(job)
+
+
+def as_slice(job: kc.JobHandle) -> kc.JobHandle:
+    """The job's handle as a JobSet launch records it: on a 4-host slice. (Until the
+    multi-host backend is merged, Target.validate refuses multi-host shapes up front.)"""
+    storage = open_storage(job.target["storage"])
+    key = layout.job_file(job.job_id, layout.HANDLE)
+    data = json.loads(storage.read_bytes(key))
+    data["target"]["accelerator"] = SLICE
+    storage.write_bytes(key, json.dumps(data).encode())
+    return load_handle(storage, job.job_id)
+
+
+def seen_by(storage_uri: str, job_id: str, index: int) -> dict[str, object]:
+    folder = layout.outputs(job_id) + (f"/worker-{index}" if index else "")
+    return json.loads(open_storage(storage_uri).read_bytes(f"{folder}/seen.json"))
+
+
+class StoredLogs(scripted_backend.ScriptedBackend):
+    """Runs nothing (the test starts the runners); reads each worker's log as the
+    Kubernetes backend does once the worker's pod is gone: from its stream in storage."""
+
+    def _log(self, job_id: str, worker: int | None) -> JobLog:
+        return JobLog(
+            open_storage(self.target.storage),
+            job_id,
+            pods=list,
+            pod_log=lambda pod, **query: None,
+            worker=worker or 0,
+        )
+
+    def logs(self, job_id: str, tail: int | None = None, worker: int | None = None) -> str:
+        return self._log(job_id, worker).text(tail)
+
+    def read_logs(
+        self, job_id: str, cursor: str | None, worker: int | None = None
+    ) -> tuple[str, str | None]:
+        return self._log(job_id, worker).read(cursor)
+
+
+KIND = PlainKind(StoredLogs)
+
+
+@pytest.fixture(autouse=True)
+def scripted(monkeypatch: pytest.MonkeyPatch) -> type[scripted_backend.ScriptedBackend]:
+    scripted_backend.register(monkeypatch)
+    monkeypatch.setitem(registry.BACKENDS, scripted_backend.NAME, f"{__name__}:KIND")
+    return StoredLogs
+
+
+def test_every_worker_runs_once_with_its_rank_and_worker_0s_value_is_the_result(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    job = submit(tmp_path / "barrier")
+    first = [start_worker(storage_uri, job.job_id, k) for k in range(COUNT - 1)]
+    store = open_storage(storage_uri)
+    for _ in poll_ticks(interval=0.05, timeout=60, describe=lambda: "worker 1's start"):
+        if store.exists(layout.job_file(job.job_id, "started-worker-1.json")):
+            break
+    # A replacement pod of worker 1 while worker 1 runs (waits for worker 3): refused.
+    code, out = finish(start_worker(storage_uri, job.job_id, 1))
+    assert code == REFUSED_EXIT_CODE, out
+    assert "worker 1" in out and "more than once" in out
+    assert read_outcome(open_storage(storage_uri), job.job_id) is None  # nothing decided
+    first.append(start_worker(storage_uri, job.job_id, COUNT - 1))
+    results = [finish(p) for p in first]
+    assert [code for code, _ in results] == [0] * COUNT, results
+    assert job.result(timeout=60, cleanup=False) == seen_by(storage_uri, job.job_id, 0)
+    for k in range(COUNT):  # each its own rank, TPU and torch variables; its own folder
+        assert seen_by(storage_uri, job.job_id, k) == {
+            "index": k,
+            "count": COUNT,
+            "TPU_WORKER_ID": str(k),
+            "TPU_WORKER_HOSTNAMES": ",".join(HOSTS),
+            "RANK": str(k),
+            "WORLD_SIZE": str(COUNT),
+            "MASTER_ADDR": HOSTS[0],
+            "MASTER_PORT": "8476",
+        }
+        started = "started.json" if k == 0 else f"started-worker-{k}.json"
+        assert open_storage(storage_uri).exists(layout.job_file(job.job_id, started))
+    assert job.state().status is kc.JobStatus.SUCCEEDED
+
+
+def test_a_failing_worker_fails_the_job_named_with_its_traceback_and_log(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    hold = tmp_path / "worker-0-may-return"
+    job = submit(tmp_path / "barrier", fail_on=2, hold=str(hold))
+    procs = [start_worker(storage_uri, job.job_id, k) for k in range(COUNT)]
+    assert finish(procs[2])[0] == 1
+    hold.touch()  # worker 0 returns after worker 2 failed: its value is not the result
+    assert [finish(p)[0] for p in procs] == [0, 0, 1, 0]
+    state = job.state()
+    assert (state.status, state.message) == (
+        kc.JobStatus.FAILED,
+        "worker 2: ValueError: boom on worker 2",
+    )
+    with pytest.raises(ValueError, match="boom on worker 2") as caught:
+        job.result(timeout=30)
+    assert failed_worker(caught.value) == 2
+    assert "kinetic: raised on worker 2" in "".join(caught.value.__notes__)
+    text = describe_failure(job, caught.value)
+    assert "failed on worker 2" in text
+    assert "--- last 50 log lines of" in text and "worker 2 ---" in text
+    assert "line 2 of worker 2" in text  # THAT worker's log tail ...
+    assert "of worker 1" not in text  # ... not another's
+
+
+def test_worker_0s_success_then_another_workers_failure_keeps_succeeded(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    hold = tmp_path / "worker-3-may-fail"
+    job = submit(tmp_path / "barrier", fail_on=3, hold=str(hold), held=3)
+    procs = [start_worker(storage_uri, job.job_id, k) for k in range(COUNT)]
+    assert [finish(p)[0] for p in procs[:3]] == [0, 0, 0]
+    assert job.state().status is kc.JobStatus.SUCCEEDED
+    hold.touch()  # worker 3 fails after worker 0 decided SUCCEEDED
+    code, out = finish(procs[3])
+    assert code == 1 and "boom on worker 3" in out, out
+    assert job.state().status is kc.JobStatus.SUCCEEDED
+    assert job.result(timeout=30)["index"] == 0
