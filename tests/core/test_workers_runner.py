@@ -5,6 +5,7 @@ failing worker decides FAILED and is named, a replacement of a worker refuses (1
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -17,8 +18,11 @@ import kinetic_core as kc
 from kinetic_core import layout, registry
 from kinetic_core.backends import REFUSED_EXIT_CODE, PlainKind
 from kinetic_core.backends.kubernetes.pod_logs import JobLog
+from kinetic_core.cli import main
+from kinetic_core.errors import ConfigError
 from kinetic_core.failures import describe_failure, failed_worker
 from kinetic_core.jobs import load_handle
+from kinetic_core.logs import merged_rest, read_merged
 from kinetic_core.polling import poll_ticks
 from kinetic_core.records import read_outcome
 from kinetic_core.storage import open_storage
@@ -189,3 +193,92 @@ def test_worker_0s_success_then_another_workers_failure_keeps_succeeded(
     assert code == 1 and "boom on worker 3" in out, out
     assert job.state().status is kc.JobStatus.SUCCEEDED
     assert job.result(timeout=30)["index"] == 0
+
+
+# ---- every worker's log ------------------------------------------------------------------
+def lines_of(k: int) -> list[str]:
+    return [f"line {i} of worker {k}" for i in range(3)]
+
+
+def run_slice(storage_uri: str, tmp_path: Path) -> kc.JobHandle:
+    """A 4-worker job run to its end; each worker's stream written by its real runner."""
+    job = submit(tmp_path / "barrier")
+    procs = [start_worker(storage_uri, job.job_id, k) for k in range(COUNT)]
+    assert [finish(p)[0] for p in procs] == [0] * COUNT
+    return job
+
+
+def per_worker(lines: list[str]) -> dict[int, list[str]]:
+    """``[wK] text`` lines grouped by worker, in the order they came."""
+    out: dict[int, list[str]] = {}
+    for line in lines:
+        head, _, text = line.partition("] ")
+        assert head.startswith("[w"), line
+        out.setdefault(int(head[2:]), []).append(text)
+    return out
+
+
+def test_every_workers_log_prefixed_or_one_worker_unprefixed(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    job = run_slice(storage_uri, tmp_path)
+    expected = {k: lines_of(k) for k in range(COUNT)}
+    assert per_worker(job.logs().splitlines()) == expected
+    assert per_worker(list(job.follow_logs(timeout=60))) == expected
+    assert list(job.follow_logs(worker=2, timeout=60)) == lines_of(2)  # no prefix
+    assert job.logs(worker=3) == "".join(f"{line}\n" for line in lines_of(3))
+    assert job.logs(tail=1) == "".join(f"[w{k}] line 2 of worker {k}\n" for k in range(COUNT))
+
+    async def follow() -> list[str]:
+        return [line async for line in job.afollow_logs(interval=0.2, timeout=60)]
+
+    assert per_worker(asyncio.run(follow())) == expected  # the async twin: the same lines
+    with pytest.raises(ConfigError, match="worker=4 is none of them"):
+        job.logs(worker=4)
+
+
+def test_one_cursor_over_every_worker_resumes_without_repeats(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    job = run_slice(storage_uri, tmp_path)
+    text, cursor = job.read_logs()
+    again, cursor = job.read_logs(cursor)  # read to the end: nothing comes twice
+    assert again == "" and per_worker(text.splitlines()) == {k: lines_of(k) for k in range(COUNT)}
+    stream = job.follow_logs(cursor=cursor, timeout=60)
+    assert list(stream) == []  # a stream started at the end repeats nothing
+    single = job.follow_logs(worker=1, timeout=60)
+    assert list(single) == lines_of(1)
+    assert list(job.follow_logs(worker=1, cursor=single.cursor, timeout=60)) == []
+
+
+def test_an_unfinished_line_waits_in_the_cursor_for_its_end() -> None:
+    """A worker's chunk may end mid-line (a print without its newline yet): the merged
+    read keeps that part in the cursor, so the line comes whole, once, with its prefix."""
+    chunks = {0: ["a1\npart", "ial\na2\n", ""], 1: ["b1\n", "", ""]}
+
+    def read(cursor: str | None, k: int) -> tuple[str, str | None]:
+        n = int(cursor or 0)
+        return chunks[k][n] if n < len(chunks[k]) else "", str(n + 1)
+
+    got, cursor = read_merged(read, 2, None)
+    assert got == "[w0] a1\n[w1] b1\n"
+    got, cursor = read_merged(read, 2, cursor)
+    assert got == "[w0] partial\n[w0] a2\n"
+    assert merged_rest(read_merged(read, 2, cursor)[1])[0] == []
+    got, cursor = read_merged(lambda c, k: ("tail" if k else "", c), 2, cursor)
+    assert (got, merged_rest(cursor)[0]) == ("", ["[w1] tail"])
+
+
+def test_cli_logs_of_one_worker_or_all(
+    storage_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = run_slice(storage_uri, tmp_path)
+    capsys.readouterr()
+    assert main(["jobs", "logs", job.job_id, "--worker", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == lines_of(1)
+    assert main(["jobs", "logs", job.job_id, "-f", "--worker", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == lines_of(2)
+    assert main(["jobs", "logs", job.job_id, "-f"]) == 0
+    assert per_worker(capsys.readouterr().out.splitlines()) == {
+        k: lines_of(k) for k in range(COUNT)
+    }
