@@ -75,6 +75,20 @@ def check_worker(job_id: str, worker: int | None, count: int) -> None:
         )
 
 
+def log_workers_option(value: Any) -> int | None:
+    """An orchestrator's ``log_workers`` option (``0`` by default: worker 0's log, the
+    coordinator's) as the ``worker`` of a log read: ``"all"`` is None (every worker's
+    lines, prefixed ``[w{k}] ``), a whole number >= 0 that worker; ConfigError otherwise.
+    A single-host job is worker 0 of 1: any of them reads its one log."""
+    if value == "all":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ConfigError(
+        f"log_workers must be 'all' or a worker index (a whole number >= 0), got {value!r}."
+    )
+
+
 def is_merged(cursor: str | None) -> bool:
     """A cursor of ``read_merged`` (JSON), not a backend's own."""
     return bool(cursor) and str(cursor).startswith("{")
