@@ -7,81 +7,30 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout, registry
-from kinetic_core.backends import REFUSED_EXIT_CODE, PlainKind
-from kinetic_core.backends.kubernetes.pod_logs import JobLog
+from kinetic_core import layout
+from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.cli import main
 from kinetic_core.errors import ConfigError
 from kinetic_core.failures import describe_failure, failed_worker
-from kinetic_core.jobs import load_handle
 from kinetic_core.logs import merged_rest, read_merged
 from kinetic_core.polling import poll_ticks
 from kinetic_core.records import read_outcome
 from kinetic_core.storage import open_storage
-from tests.core import scripted_backend, workerfns
-
-ROOT = Path(__file__).resolve().parents[2]
-COUNT = 4
-HOSTS = [f"kjob-workers-{i}-0.kjob" for i in range(COUNT)]
-SLICE = "tpu-v5e-16"  # 4 hosts x 4 chips
-
-
-def start_worker(storage_uri: str, job_id: str, index: int) -> subprocess.Popen[str]:
-    """Worker ``index``'s runner with the env of its pod (manifest interface point 1)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KINETIC_", "TPU_"))}
-    env.update(
-        KINETIC_WORKER_INDEX=str(index),
-        KINETIC_WORKER_COUNT=str(COUNT),
-        KINETIC_WORKER_HOSTNAMES=",".join(HOSTS),
-        KINETIC_COORDINATOR_ADDRESS=f"{HOSTS[0]}:8476",
-        KINETIC_LOG_TO_STORAGE="1",  # stdout is a pipe, as a pod's: its log kept in storage
-        KINETIC_LOG_FLUSH_SECONDS="0.2",
-    )
-    argv = [sys.executable, "-m", "kinetic_core.runner", "--storage", storage_uri]
-    return subprocess.Popen(
-        [*argv, "--job-id", job_id],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=120)
-    return proc.returncode, out
-
-
-def submit(barrier: Path, fail_on: int = -1, hold: str = "", held: int = 0) -> kc.JobHandle:
-    """A job on a 4-host TPU slice, launched nowhere (the scripted backend): the test
-    starts its workers' runners itself."""
-    barrier.mkdir()
-    job = kc.submit(
-        workerfns.rendezvous,
-        (str(barrier), fail_on, 3, hold, held),
-        target={"backend": scripted_backend.NAME},
-    )
-    return as_slice(job)
-
-
-def as_slice(job: kc.JobHandle) -> kc.JobHandle:
-    """The job's handle as a JobSet launch records it: on a 4-host slice. (Until the
-    multi-host backend is merged, Target.validate refuses multi-host shapes up front.)"""
-    storage = open_storage(job.target["storage"])
-    key = layout.job_file(job.job_id, layout.HANDLE)
-    data = json.loads(storage.read_bytes(key))
-    data["target"]["accelerator"] = SLICE
-    storage.write_bytes(key, json.dumps(data).encode())
-    return load_handle(storage, job.job_id)
+from tests.core.slice_runs import (
+    COUNT,
+    HOSTS,
+    finish,
+    lines_of,
+    register,
+    run_slice,
+    start_worker,
+    submit,
+)
 
 
 def seen_by(storage_uri: str, job_id: str, index: int) -> dict[str, object]:
@@ -89,36 +38,9 @@ def seen_by(storage_uri: str, job_id: str, index: int) -> dict[str, object]:
     return json.loads(open_storage(storage_uri).read_bytes(f"{folder}/seen.json"))
 
 
-class StoredLogs(scripted_backend.ScriptedBackend):
-    """Runs nothing (the test starts the runners); reads each worker's log as the
-    Kubernetes backend does once the worker's pod is gone: from its stream in storage."""
-
-    def _log(self, job_id: str, worker: int | None) -> JobLog:
-        return JobLog(
-            open_storage(self.target.storage),
-            job_id,
-            pods=list,
-            pod_log=lambda pod, **query: None,
-            worker=worker or 0,
-        )
-
-    def logs(self, job_id: str, tail: int | None = None, worker: int | None = None) -> str:
-        return self._log(job_id, worker).text(tail)
-
-    def read_logs(
-        self, job_id: str, cursor: str | None, worker: int | None = None
-    ) -> tuple[str, str | None]:
-        return self._log(job_id, worker).read(cursor)
-
-
-KIND = PlainKind(StoredLogs)
-
-
 @pytest.fixture(autouse=True)
-def scripted(monkeypatch: pytest.MonkeyPatch) -> type[scripted_backend.ScriptedBackend]:
-    scripted_backend.register(monkeypatch)
-    monkeypatch.setitem(registry.BACKENDS, scripted_backend.NAME, f"{__name__}:KIND")
-    return StoredLogs
+def scripted(monkeypatch: pytest.MonkeyPatch) -> None:
+    register(monkeypatch)
 
 
 def test_every_worker_runs_once_with_its_rank_and_worker_0s_value_is_the_result(
@@ -196,18 +118,6 @@ def test_worker_0s_success_then_another_workers_failure_keeps_succeeded(
 
 
 # ---- every worker's log ------------------------------------------------------------------
-def lines_of(k: int) -> list[str]:
-    return [f"line {i} of worker {k}" for i in range(3)]
-
-
-def run_slice(storage_uri: str, tmp_path: Path) -> kc.JobHandle:
-    """A 4-worker job run to its end; each worker's stream written by its real runner."""
-    job = submit(tmp_path / "barrier")
-    procs = [start_worker(storage_uri, job.job_id, k) for k in range(COUNT)]
-    assert [finish(p)[0] for p in procs] == [0] * COUNT
-    return job
-
-
 def per_worker(lines: list[str]) -> dict[int, list[str]]:
     """``[wK] text`` lines grouped by worker, in the order they came."""
     out: dict[int, list[str]] = {}
