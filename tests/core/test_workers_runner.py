@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from pathlib import Path
 
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout
+from kinetic_core import layout, notice
 from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.cli import main
 from kinetic_core.errors import ConfigError
@@ -192,3 +193,18 @@ def test_cli_logs_of_one_worker_or_all(
     assert per_worker(capsys.readouterr().out.splitlines()) == {
         k: lines_of(k) for k in range(COUNT)
     }
+
+
+def test_a_worker_stopped_from_outside_decides_nothing(storage_uri: str, tmp_path: Path) -> None:
+    job = submit(tmp_path / "barrier", hold=str(tmp_path / "never"), held=1)
+    for k in (0, 2, 3):  # the others arrived: worker 1 goes on to wait for "never"
+        (tmp_path / "barrier" / f"arrived-{k}").touch()
+    proc = start_worker(storage_uri, job.job_id, 1)
+    for _ in poll_ticks(interval=0.05, timeout=60, describe=lambda: "worker 1 in the function"):
+        if (tmp_path / "barrier" / "arrived-1").exists():
+            break
+    proc.send_signal(signal.SIGTERM)  # its pod deleted, its node preempted
+    code, out = finish(proc)
+    assert code == notice.EXIT_CODE, out
+    assert read_outcome(open_storage(storage_uri), job.job_id) is None  # the backend says why
+    assert not open_storage(storage_uri).exists(layout.job_file(job.job_id, layout.RESULT))
