@@ -18,7 +18,6 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 import kinetic_core as kc
 from kinetic_airflow.hooks import KineticHook
 from kinetic_airflow.kill_check import cancel_if_killed
-from kinetic_core.logs import log_workers_option
 
 #: ``TriggerEvent`` payload ``status`` values.
 EVENT_SUCCESS = "success"
@@ -99,7 +98,7 @@ class KineticJobTrigger(BaseTrigger):
                 stream = handle.afollow_logs(
                     cursor=self.log_cursor,
                     interval=self.poll_interval,
-                    worker=log_workers_option(self.log_workers),
+                    worker=kc.log_workers_option(self.log_workers),
                 )
                 async for line in stream:
                     self.log.info("[%s] %s", handle.job_id, line)

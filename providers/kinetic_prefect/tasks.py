@@ -21,7 +21,6 @@ from prefect.logging import get_run_logger
 from prefect.states import Cancelled
 
 import kinetic_core as kc
-from kinetic_core.logs import log_workers_option
 from kinetic_prefect.artifacts import job_markdown
 from kinetic_prefect.calling import for_caller
 from kinetic_prefect.cancellation import cancel_remote, flow_run_cancelling
@@ -215,7 +214,7 @@ def kinetic_task(
     log, a worker index (default 0, the coordinator) or ``"all"`` (every worker's lines,
     prefixed ``[w3] ``).
     """
-    log_worker = log_workers_option(log_workers)
+    log_worker = kc.log_workers_option(log_workers)
     target_fields = {k: options.pop(k) for k in list(options) if k in TARGET_FIELDS}
     overrides = kc.Target.coerce(target).merge(kc.Target.from_dict(target_fields))
     overrides.validate()

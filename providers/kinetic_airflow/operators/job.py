@@ -22,7 +22,6 @@ from kinetic_airflow.lineage import job_lineage
 from kinetic_airflow.links import link_xcoms
 from kinetic_airflow.operators.base import KineticBaseOperator
 from kinetic_airflow.triggers import EVENT_ERROR
-from kinetic_core.logs import log_workers_option
 
 RESULT_MODES = ("value", "reference")
 
@@ -72,7 +71,7 @@ class KineticOperator(KineticBaseOperator):
             )
         if result not in RESULT_MODES:
             raise ValueError(f"result must be one of {RESULT_MODES}, got {result!r}.")
-        log_workers_option(log_workers)  # ConfigError at parse time, not in the triggerer
+        kc.log_workers_option(log_workers)  # ConfigError at parse time, not in the triggerer
         super().__init__(**kwargs)
         self.python_callable = python_callable
         self.op_args = list(op_args or [])
@@ -136,7 +135,7 @@ class KineticOperator(KineticBaseOperator):
                 log_workers=self.log_workers,
             )
         if self.stream_logs:
-            for line in handle.follow_logs(worker=log_workers_option(self.log_workers)):
+            for line in handle.follow_logs(worker=kc.log_workers_option(self.log_workers)):
                 self.log.info("[%s] %s", handle.job_id, line)
         handle.wait()  # execution_timeout interrupts this; on_kill then cancels the job
         return self.collect(context, handle)
