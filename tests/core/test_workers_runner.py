@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,3 +210,20 @@ def test_a_worker_stopped_from_outside_decides_nothing(storage_uri: str, tmp_pat
     assert code == notice.EXIT_CODE, out
     assert read_outcome(open_storage(storage_uri), job.job_id) is None  # the backend says why
     assert not open_storage(storage_uri).exists(layout.job_file(job.job_id, layout.RESULT))
+
+
+def test_four_workers_ending_at_once_each_sync_their_own_outputs(
+    gcs_emulator: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On storage that is not a local folder each worker syncs its KINETIC_OUTPUT_DIR as
+    it ends: worker 0's to the job's outputs, worker k's to ``worker-k/``; four at once on
+    one machine (each its own local folder) clobber and lose nothing."""
+    uri = gcs_emulator.uri(f"slice-{os.urandom(4).hex()}")
+    monkeypatch.setenv("KINETIC_STORAGE", uri)
+    job = submit(tmp_path / "barrier")
+    procs = [start_worker(uri, job.job_id, k) for k in range(COUNT)]
+    assert [finish(p)[0] for p in procs] == [0] * COUNT
+    for k in range(COUNT):
+        assert seen_by(uri, job.job_id, k)["index"] == k
+    names = sorted(open_storage(uri).walk(layout.outputs(job.job_id)))
+    assert names == ["seen.json"] + [f"worker-{k}/seen.json" for k in range(1, COUNT)]
