@@ -6,7 +6,7 @@ EXTRAS := --extra dev --extra cli --extra gcs --extra kubernetes
 SYNC := $(UV) sync --frozen --python 3.11 --quiet
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
-.PHONY: demo test uv env env-airflow env-airflow-oldest env-prefect lint docs k8s-binaries \
+.PHONY: demo test uv env env-airflow env-prefect lint docs k8s-binaries \
         test-core test-kubernetes test-airflow test-prefect test-packaging bench clean
 
 ## uv: bootstrap uv from PyPI when it is missing
@@ -21,15 +21,16 @@ env: uv
 env-airflow: uv
 	UV_PROJECT_ENVIRONMENT=.venv-airflow $(SYNC) $(EXTRAS) --extra airflow --extra openlineage
 
-## the oldest supported Airflow minor, beside the locked newest (.venv-airflow)
-AIRFLOW_OLDEST := 3.0
-AIRFLOW_OLDEST_ENV := .venv-airflow-$(AIRFLOW_OLDEST)
-env-airflow-oldest: uv
-	$(UV) venv --python 3.11 --quiet --allow-existing $(AIRFLOW_OLDEST_ENV)
-	$(UV) pip install --quiet --python $(AIRFLOW_OLDEST_ENV)/bin/python \
-	  -e '.[airflow,dev,cli,gcs,kubernetes]' 'apache-airflow==$(AIRFLOW_OLDEST).*' \
+## each older supported Airflow minor in .venv-airflow-MINOR, beside the locked newest
+## (.venv-airflow): apache-airflow==MINOR.* with tests/airflow/constraints-MINOR.txt, which pins
+## what that minor's official constraints file pins for the packages that break it unpinned
+AIRFLOW_MINORS := 3.0 3.1 3.2
+env-airflow-%: uv
+	$(UV) venv --python 3.11 --quiet --allow-existing .venv-airflow-$*
+	$(UV) pip install --quiet --python .venv-airflow-$*/bin/python \
+	  -e '.[airflow,dev,cli,gcs,kubernetes]' 'apache-airflow==$*.*' \
 	  apache-airflow-providers-openlineage \
-	  --constraint tests/airflow/constraints-$(AIRFLOW_OLDEST).txt
+	  --constraint tests/airflow/constraints-$*.txt
 
 env-prefect: uv
 	UV_PROJECT_ENVIRONMENT=.venv-prefect $(SYNC) $(EXTRAS) --extra prefect
@@ -63,11 +64,13 @@ test-kubernetes: env k8s-binaries
 	.venv/bin/pytest tests/kubernetes $(PYTEST_FLAGS)
 	.venv/bin/pytest tests/contract $(PYTEST_FLAGS)
 
-## the whole Airflow suite on the newest (locked) and the oldest supported minor
-test-airflow: env-airflow env-airflow-oldest k8s-binaries
+## the whole Airflow suite on every supported minor: the newest (locked, .venv-airflow) and
+## each of AIRFLOW_MINORS in its own .venv-airflow-MINOR
+test-airflow: env-airflow $(addprefix env-airflow-,$(AIRFLOW_MINORS)) k8s-binaries
 	.venv-airflow/bin/mypy providers/kinetic_airflow
-	.venv-airflow/bin/pytest tests/airflow $(PYTEST_FLAGS)
-	$(AIRFLOW_OLDEST_ENV)/bin/pytest tests/airflow $(PYTEST_FLAGS)
+	for venv in .venv-airflow $(addprefix .venv-airflow-,$(AIRFLOW_MINORS)); do \
+	  echo "== Airflow $$($$venv/bin/python -c 'import airflow; print(airflow.__version__)')" && \
+	  $$venv/bin/pytest tests/airflow $(PYTEST_FLAGS) || exit 1; done
 
 test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-binaries
 	for minor in $(PREFECT_OLDEST) $(PREFECT_NEWEST); do \

@@ -32,6 +32,10 @@ REQUIREMENTS_ENV = "KINETIC_BOOTSTRAP_REQUIREMENTS"
 CACHE_ENV = "KINETIC_BOOTSTRAP_CACHE"
 #: Set for the runner when the install failed: the message of ``RequirementsFailed``.
 FAILURE_ENV = "KINETIC_BOOTSTRAP_FAILURE"
+#: Set for the runner: a file with what the install printed, replayed into the job's log
+#: once the runner's capture began (the capture starts behind the runner's start fence, so
+#: without the replay the install's output would stay in the pod's log and die with it).
+LOG_ENV = "KINETIC_BOOTSTRAP_LOG"
 DEFAULT_CACHE = "/var/cache/kinetic"
 READY = ".kinetic-ready"
 _TAIL_LINES = 20
@@ -53,7 +57,7 @@ def prepare(requirements: list[str], cache: str) -> str:
     root = Path(cache) / f"env-{env_key(requirements)}"
     python = str(root / "bin" / "python")
     if (root / READY).exists():
-        print(f"kinetic bootstrap: reusing {root} for {requirements}", file=sys.stderr)
+        _say(f"kinetic bootstrap: reusing {root} for {requirements}\n")
         return python
     root.parent.mkdir(parents=True, exist_ok=True)
     with _locked(root.parent / f"{root.name}.lock"):
@@ -65,7 +69,7 @@ def prepare(requirements: list[str], cache: str) -> str:
         _layer_over_image(root)
         _run([uv, "pip", "install", "--python", python, *requirements])
         (root / READY).write_text(json.dumps(requirements))
-    print(f"kinetic bootstrap: installed {requirements} into {root}", file=sys.stderr)
+    _say(f"kinetic bootstrap: installed {requirements} into {root}\n")
     return python
 
 
@@ -74,7 +78,7 @@ def find_uv(cache: Path) -> str:
     found = shutil.which("uv") or shutil.which("uv", path=str(cache / "uv" / "bin"))
     if found:
         return found
-    print("kinetic bootstrap: the image has no uv; installing it with pip", file=sys.stderr)
+    _say("kinetic bootstrap: the image has no uv; installing it with pip\n")
     try:
         _run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(cache / "uv"), "uv"]
@@ -102,13 +106,34 @@ def _run(argv: list[str | Path]) -> None:
 
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     output = proc.stdout.decode(errors="replace")
-    sys.stderr.write(output)
-    sys.stderr.flush()
+    _say(output)
     if proc.returncode != 0:
         tail = "\n".join(output.strip().splitlines()[-_TAIL_LINES:])
         raise InstallFailed(
             f"`{' '.join(map(str, argv[:3]))} …` failed (exit {proc.returncode}):\n{tail}\n"
         )
+
+
+def _say(text: str) -> None:
+    """To the pod's log now, and to the file the runner replays into the job's log."""
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    path = os.environ.get(LOG_ENV)
+    if path:
+        with contextlib.suppress(OSError), open(path, "a") as fh:
+            fh.write(text)
+
+
+def replay() -> None:
+    """In the runner, once its capture began: the install's output into the job's log."""
+    path = os.environ.pop(LOG_ENV, None)
+    if not path:
+        return
+    with contextlib.suppress(OSError):
+        with open(path) as fh:
+            sys.stderr.write(fh.read())
+        sys.stderr.flush()
+        os.unlink(path)
 
 
 @contextlib.contextmanager
@@ -129,6 +154,12 @@ def main(argv: list[str]) -> None:
     requirements = json.loads(os.environ.get(REQUIREMENTS_ENV) or "[]")
     cache = os.environ.get(CACHE_ENV) or DEFAULT_CACHE
     os.environ.setdefault("UV_CACHE_DIR", os.path.join(cache, "uv-cache"))
+    if requirements:
+        import tempfile
+
+        os.environ[LOG_ENV] = os.path.join(
+            tempfile.gettempdir(), f"kinetic-setup-{os.getpid()}.log"
+        )
     try:
         python = prepare(requirements, cache) if requirements else sys.executable
     except (InstallFailed, OSError) as exc:

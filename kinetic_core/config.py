@@ -80,6 +80,11 @@ class Target:
     # Multi-host jobs: how many hosts (one pod each) one job spans, e.g. gpu-h100x8 on 2 nodes.
     # A TPU slice fixes its own count (tpu-v5e-16: 4); default: the accelerator's, else 1.
     num_hosts: int | None = None
+    # Kueue (Kubernetes): the LocalQueue that admits the job, its WorkloadPriorityClass, and
+    # the max seconds it may wait for admission (not counted in life_span or schedule_timeout).
+    queue: str | None = None
+    priority: str | None = None
+    queue_timeout: float | None = None
     signing_key: str | None = field(default=None, repr=False)
 
     # ---- construction -------------------------------------------------------------------
@@ -169,7 +174,7 @@ class Target:
                 f"Unknown backend {self.backend!r}; choose one of {', '.join(registry.BACKENDS)} "
                 "(argument backend= or KINETIC_BACKEND)."
             )
-        for name in ("life_span", "schedule_timeout", "poll_interval"):
+        for name in ("life_span", "schedule_timeout", "queue_timeout", "poll_interval"):
             if getattr(self, name) is not None:
                 positive_seconds(getattr(self, name), name)
         env_spec(self.env)

@@ -114,6 +114,19 @@ _DESCRIBED: dict[str, tuple[str, Any]] = {
         "Hosts (one pod each) a GPU job spans; a TPU slice shape fixes its own count.",
         1,
     ),
+    "queue": (
+        "Kueue LocalQueue that admits the job (label kueue.x-k8s.io/queue-name); the job "
+        "waits PENDING 'Queued' until admitted.",
+        "team-a",
+    ),
+    "priority": (
+        "Kueue WorkloadPriorityClass of the job (label kueue.x-k8s.io/priority-class).",
+        "high",
+    ),
+    "queue_timeout": (
+        "Max seconds a queued job may wait for Kueue's admission (not counted in life_span).",
+        86400.0,
+    ),
     "signing_key": ("HMAC key that signs payloads and results (keep it secret).", "s3cret"),
 }
 

@@ -23,7 +23,7 @@ import sys
 import traceback
 from typing import Any
 
-from kinetic_core import layout, log_capture, notice, outputs, versions, workers
+from kinetic_core import bootstrap, layout, log_capture, notice, outputs, versions, workers
 from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.ids import validate_id
 from kinetic_core.payload import (
@@ -72,7 +72,8 @@ def run_job(storage_uri: str, job_id: str) -> int:
         print(
             f"kinetic: job {job_id} is already {decided['status']}; not running it", file=sys.stderr
         )
-        return 1
+        # a late worker of a slice whose worker 0 already succeeded has nothing left to do
+        return 0 if me.index and decided["status"] == "SUCCEEDED" else 1
     handle = read_json(storage, layout.job_file(job_id, layout.HANDLE))
     other = _other_attempt(storage, job_id, handle)
     if other is not None:
@@ -84,6 +85,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
     ):
         return _refuse_second_run(storage, job_id, me.index)
     log_capture.start(storage, job_id, worker=me.index)  # also kept in storage as it runs
+    bootstrap.replay()  # what a requirements= install printed before the capture began
     _framework_env(me, handle)
     phase = "load"
     try:

@@ -95,6 +95,20 @@ def _resolve_all(refs: list[Any], enforce: bool) -> list[JobState]:
     return states
 
 
+def _pending_limit(
+    target: dict[str, Any], b: BackendState, created_at: float
+) -> tuple[str, str, float]:
+    """(the Target field bounding this wait, the reason when it is exceeded, since when).
+
+    A job waiting for its queue's admission (``Queued``) is bounded by ``queue_timeout``
+    from its creation; once admitted, ``schedule_timeout`` counts from the admission (the
+    backend's ``started_at`` of a pending queued job), never the time spent queued."""
+    if b.reason == "Queued":
+        return "queue_timeout", "QueueTimeout", created_at
+    since = (b.started_at or created_at) if target.get("queue") else created_at
+    return "schedule_timeout", "ScheduleTimeout", since
+
+
 def _resolve_one(
     ref: JobRef, b: BackendState, backend: Backend, now: float, enforce: bool
 ) -> JobState:
@@ -136,17 +150,18 @@ def _resolve_one(
     if outcome is not None:
         return decided(outcome)
     if b.phase == "pending":
-        limit = ref.target.get("schedule_timeout")
-        if enforce and outcome is None and limit and now - ref.created_at > limit:
+        name, reason, since = _pending_limit(ref.target, b, ref.created_at)
+        limit = ref.target.get(name)
+        if enforce and outcome is None and limit and now - since > limit:
             stopped = _stop(
                 storage,
                 backend,
                 ref,
                 decided,
                 JobStatus.FAILED,
-                "ScheduleTimeout",
-                f"still pending after schedule_timeout={limit:g}s"
-                + (f" ({b.reason}: {b.message})" if b.reason else ""),
+                reason,
+                f"still {'queued' if reason == 'QueueTimeout' else 'pending'} after "
+                f"{name}={limit:g}s" + (f" ({b.reason}: {b.message})" if b.reason else ""),
             )
             if stopped is not None:
                 return stopped

@@ -38,12 +38,25 @@ def airflow_db() -> None:
 
 
 def dag_bag(folder: Path) -> Any:
-    """A DagBag of ``folder`` (its module moved in Airflow 3.1)."""
+    """A DagBag of ``folder`` (its module moved in Airflow 3.2)."""
     try:
         from airflow.dag_processing.dagbag import DagBag
-    except ImportError:  # Airflow 3.0
+    except ImportError:  # Airflow 3.0, 3.1
         from airflow.models.dagbag import DagBag
     return DagBag(dag_folder=str(folder))
+
+
+def sync_to_db(bag: Any) -> None:
+    """Write ``bag``'s DAGs to the metadata DB as the DAG processor would: a DagBag method
+    on Airflow 3.0, a function in ``airflow.models.dagbag`` on 3.1, moved on 3.2."""
+    if hasattr(bag, "sync_to_db"):  # Airflow 3.0
+        bag.sync_to_db("dags-folder", None)
+        return
+    try:
+        from airflow.dag_processing.dagbag import sync_bag_to_db
+    except ImportError:  # Airflow 3.1
+        from airflow.models.dagbag import sync_bag_to_db
+    sync_bag_to_db(bag, "dags-folder", None)
 
 
 @pytest.fixture(scope="session")

@@ -171,19 +171,15 @@ def asset_events(uri: str, run_id: str) -> list[Any]:
 
 
 def register(dagbag: Any, *dag_ids: str) -> None:
-    """Write DAGs to the metadata DB as the DAG processor would (its API moved in 3.1),
-    which also activates their assets."""
+    """Write DAGs to the metadata DB as the DAG processor would, which also activates their
+    assets."""
     from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from conftest import sync_to_db
 
     DagBundlesManager().sync_bundles_to_db()
     bag = copy.copy(dagbag)
     bag.dags = {dag_id: dagbag.get_dag(dag_id) for dag_id in dag_ids}
-    try:
-        from airflow.dag_processing.dagbag import sync_bag_to_db
-    except ImportError:  # Airflow 3.0
-        bag.sync_to_db("dags-folder", None)
-    else:
-        sync_bag_to_db(bag, "dags-folder", None)
+    sync_to_db(bag)
     from airflow.models.dag import DagModel
     from airflow.utils.session import create_session
 

@@ -206,24 +206,34 @@ def test_num_hosts_from_the_environment() -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "says"),
+    "options",
     [
-        ({"accelerator": "tpu-v5e-16"}, r"'tpu-v5e-16' \(4 hosts x 4 chips, topology 4x4\)"),
-        ({"accelerator": "tpu-v5p-16"}, r"'tpu-v5p-16' \(2 hosts x 4 chips, topology 2x2x2\)"),
-        ({"accelerator": "tpu-v6e-16"}, r"'tpu-v6e-16' \(4 hosts x 4 chips"),
-        ({"accelerator": "gpu-h100x8", "num_hosts": 2}, r"'gpu-h100x8' on 2 hosts"),
-        ({"num_hosts": 2}, r"^2 hosts is a multi-host job"),
-        ({"backend": "local", "num_hosts": 2}, r"^2 hosts is a multi-host job"),
+        {"accelerator": "tpu-v5e-16"},
+        {"accelerator": "tpu-v5p-16"},
+        {"accelerator": "tpu-v6e-16"},
+        {"accelerator": "gpu-h100x8", "num_hosts": 2},
+        {"num_hosts": 2},
     ],
 )
-def test_a_multi_host_submit_is_refused_until_jobset_lands(
-    options: dict[str, object], says: str
-) -> None:
-    """Never a silent single pod: the Kubernetes kind refuses at resolve, before a write."""
+def test_a_multi_host_target_resolves_on_kubernetes(options: dict[str, object]) -> None:
+    """A multi-host shape is a JobSet on Kubernetes (checked served at launch), no longer a
+    ConfigError at resolve."""
+    target = kc.Target(**{"backend": "kubernetes", **options}).resolve(environ={})  # type: ignore[arg-type]
+    assert accelerator_spec(target.accelerator, target.num_hosts).hosts > 1
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"num_hosts": 2}, r"^2 hosts: the local backend runs a job as one process"),
+        ({"accelerator": "tpu-v5e-16"}, r"^4 hosts: the local backend"),
+    ],
+)
+def test_the_local_backend_refuses_a_multi_host_job(options: dict[str, object], says: str) -> None:
+    """Never a silent single process: the local kind refuses at resolve, before a write."""
     with pytest.raises(kc.ConfigError, match=says) as info:
-        kc.Target(**{"backend": "kubernetes", **options}).resolve(environ={})  # type: ignore[arg-type]
-    assert "multi-host slices need JobSet" in str(info.value)
-    assert "tpu-v5e-8" in str(info.value)  # what the user can do meanwhile
+        kc.Target(**{"backend": "local", **options}).resolve(environ={})  # type: ignore[arg-type]
+    assert "Kubernetes/GKE" in str(info.value)
 
 
 def test_single_host_shapes_still_resolve() -> None:

@@ -15,6 +15,7 @@ import pytest
 import kinetic_core as kc
 from kinetic_core import registry
 from kinetic_core.backends import Backend, BackendKind
+from kinetic_core.backends.kubernetes.image import DEFAULT_IMAGE
 from kinetic_core.batch.driver import pod_credentials
 from kinetic_core.data import Data, check_volumes
 from kinetic_core.links import job_links
@@ -68,7 +69,8 @@ def test_kubernetes_and_gke_are_one_kind_with_the_same_behaviour() -> None:
     in_pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
     for env in (in_pod, {}):
         overlays = [pod_credentials({**target, "backend": b}, env) for b in ("kubernetes", "gke")]
-        assert overlays[0] == overlays[1] == ({"in_cluster": True} if env else {})
+        in_cluster = {"in_cluster": True, "image": DEFAULT_IMAGE}  # no image= in target
+        assert overlays[0] == overlays[1] == (in_cluster if env else {})
     assert kube.job_object_name(job_id) == gke.job_object_name(job_id) == "kinetic-k1234abcd-1"
     links = kube.links(job_id, target)
     assert links == gke.links(job_id, target) and set(links) == {"job", "logs"}

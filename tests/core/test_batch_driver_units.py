@@ -12,7 +12,12 @@ from kinetic_core.states import JobState, JobStatus
 def test_a_driver_in_a_pod_uses_the_pods_credentials_but_records_the_public_target(
     tmp_path: Path,
 ) -> None:
-    target = {"backend": "kubernetes", "kubeconfig": "/home/me/.kube/config", "namespace": "ml"}
+    target = {
+        "backend": "kubernetes",
+        "kubeconfig": "/home/me/.kube/config",
+        "namespace": "ml",
+        "image": "r.io/me/runner:1",
+    }
     assert pod_credentials(target, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) == {"in_cluster": True}
     assert pod_credentials(target, {}) == {}
     assert pod_credentials({"backend": "local"}, {"KUBERNETES_SERVICE_HOST": "x"}) == {}
@@ -31,7 +36,12 @@ def test_a_driver_in_a_pod_uses_the_pods_credentials_but_records_the_public_targ
     used = records.handle_for(ticket)
     public = records.public_handle(ticket)
     assert used.job_id == public.job_id == child_job_id("grp-test-1", 1, 2)
-    assert used.target == {"backend": "kubernetes", "namespace": "ml", "in_cluster": True}
+    assert used.target == {
+        "backend": "kubernetes",
+        "namespace": "ml",
+        "image": "r.io/me/runner:1",
+        "in_cluster": True,
+    }
     assert public.target == target  # what handle.json says: observers elsewhere use it
     assert public.created_at == 123.0 and public.attempt == 2
     assert public.tags == {"team": "ml", "kinetic/group-id": "grp-test-1", "kinetic/index": "1"}

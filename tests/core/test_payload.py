@@ -138,8 +138,11 @@ def test_signed_job_end_to_end_and_unsigned_payload_refused_by_runner(
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 1 and "unpickled!" not in proc.stderr
-    assert "unsigned but a signing key is configured" in proc.stderr
+    # Its stdout is a pipe, not a file: the runner keeps its log in storage and, as in a
+    # pod's log, its stderr reaches stdout.
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "unpickled!" not in output
+    assert "unsigned but a signing key is configured" in output
     _, body = load_envelope(
         open_storage(storage_uri),
         f"jobs/{job_id}/result.pkl",

@@ -187,3 +187,124 @@ def resumable_in_outputs(workdir: str, steps: int = 10) -> dict[str, object]:
                 fh.write(job_id)
             time.sleep(600)  # until its node goes
     return {"resumed_from": start, "job_id": job_id}
+
+
+# ---- multi-host (issue 19): every worker runs the same function ------------------------------
+def _worker_view() -> dict[str, object]:
+    """What the runner told this worker about its place in the slice.
+    TODO(slice-runner): assert TPU_WORKER_ID / TPU_WORKER_HOSTNAMES here once the per-worker
+    runner applies framework_env; until then the KINETIC_WORKER_* variables are the contract."""
+    import kinetic_core as kc
+
+    me = kc.worker()
+    return {
+        "index": me.index,
+        "count": me.count,
+        "env_index": os.environ.get("KINETIC_WORKER_INDEX"),
+        "hostnames": list(me.hostnames),
+        "coordinator": os.environ.get("KINETIC_COORDINATOR_ADDRESS"),
+        "hostname": os.environ.get("HOSTNAME"),
+    }
+
+
+def exchange_ranks(workdir: str) -> object:
+    """Each worker writes its view to ``workdir/rank-<i>``; worker 0 waits for all and
+    returns them (its value is the job's result); the others return their index."""
+    import json
+
+    view = _worker_view()
+    with open(os.path.join(workdir, f"rank-{view['index']}.tmp"), "w") as fh:
+        json.dump(view, fh)
+    os.replace(
+        os.path.join(workdir, f"rank-{view['index']}.tmp"),
+        os.path.join(workdir, f"rank-{view['index']}"),
+    )
+    if view["index"] != 0:
+        return view["index"]
+    count = int(str(view["count"]))
+    deadline = time.time() + 120
+    names = [os.path.join(workdir, f"rank-{i}") for i in range(count)]
+    while not all(os.path.exists(n) for n in names) and time.time() < deadline:
+        time.sleep(0.2)
+    views = []
+    for name in names:
+        with open(name) as fh:
+            views.append(json.load(fh))
+    return views
+
+
+def one_worker_fails(workdir: str, failing: int, code: int = 3) -> None:
+    """Every worker records its pid; worker ``failing`` exits ``code`` once all started,
+    the others sleep until stopped."""
+    import kinetic_core as kc
+
+    me = kc.worker()
+    with open(os.path.join(workdir, f"pid-{me.index}"), "w") as fh:
+        fh.write(str(os.getpid()))
+    if me.index == failing:
+        deadline = time.time() + 120
+        while time.time() < deadline and not all(
+            os.path.exists(os.path.join(workdir, f"pid-{i}")) for i in range(me.count)
+        ):
+            time.sleep(0.2)
+        raise SystemExit(code)
+    time.sleep(600)
+
+
+def all_workers_sleep(workdir: str) -> None:
+    """Every worker records its pid, then sleeps until stopped."""
+    import kinetic_core as kc
+
+    with open(os.path.join(workdir, f"pid-{kc.worker().index}"), "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(600)
+
+
+def slice_resumable(workdir: str, steps: int = 10) -> dict[str, object]:
+    """Worker 0 checkpoints in KINETIC_OUTPUT_DIR (as ``resumable_in_outputs``) and appends
+    "<job id> 0 <first step>" to ``workdir/starts``; worker k appends "<job id> k". In the
+    first attempt every worker waits for the reclaim (worker 0 half-way); later ones end."""
+    import kinetic_core as kc
+
+    me = kc.worker()
+    job_id = os.environ["KINETIC_JOB_ID"]
+    halfway = os.path.join(workdir, "halfway")
+    if me.index != 0:
+        with open(os.path.join(workdir, "starts"), "a") as fh:
+            fh.write(f"{job_id} {me.index}\n")
+        first = not os.path.exists(halfway) or _read(halfway) == job_id
+        if first:
+            time.sleep(600)  # until the slice is reclaimed
+        return {"worker": me.index}
+    checkpoint = os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "checkpoint")
+    start = 0
+    if os.path.exists(checkpoint):
+        with open(checkpoint) as fh:
+            start = int(fh.read())
+    with open(os.path.join(workdir, "starts"), "a") as fh:
+        fh.write(f"{job_id} 0 {start}\n")
+    deadline = time.time() + 120  # a rendezvous, as jax.distributed.initialize() is
+    while time.time() < deadline:
+        if (
+            sum(
+                line.startswith(job_id)
+                for line in _read(os.path.join(workdir, "starts")).split("\n")
+            )
+            >= me.count
+        ):
+            break
+        time.sleep(0.2)
+    for step in range(start, steps):
+        with open(checkpoint + ".tmp", "w") as fh:
+            fh.write(str(step + 1))
+        os.replace(checkpoint + ".tmp", checkpoint)
+        if start == 0 and step + 1 == steps // 2:
+            with open(halfway, "w") as fh:
+                fh.write(job_id)
+            time.sleep(600)  # until the slice is reclaimed
+    return {"resumed_from": start, "job_id": job_id}
+
+
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()

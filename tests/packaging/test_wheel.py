@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,3 +138,56 @@ def test_wheel_installed_with_the_airflow_extra_runs_a_smoke_dag(
     run(airflow, "db", "migrate", cwd=tmp_path, env=env)
     run(airflow, "dags", "test", "kinetic_smoke", cwd=tmp_path, env=env)
     assert (tmp_path / "smoke.out").read_text() == "27"
+
+
+LOWEST_PROBE = r"""
+import sys
+from pathlib import Path
+import kinetic_core as kc
+from kinetic_core.backends import get_backend
+
+def square(x):
+    return x * x
+
+work = Path(sys.argv[1])
+print(kc.submit(square, (7,), target=kc.Target(storage=(work / "store").as_uri()))
+      .result(timeout=120))
+(work / "kubeconfig").write_text(
+    "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+    "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9', insecure-skip-tls-verify: true}}]\n"
+    "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+)
+target = kc.Target(backend="kubernetes", kubeconfig=str(work / "kubeconfig"),
+                   namespace="default", storage=(work / "store").as_uri()).resolve()
+try:
+    get_backend(target).poll(["j-1"])
+except kc.KineticError as exc:  # nothing listens on port 9: a transient backend error
+    print(type(exc).__name__)
+"""
+
+
+def test_the_lowest_versions_the_wheel_allows_run_a_job_and_reach_the_kubernetes_api(
+    dist: Path, tmp_path: Path
+) -> None:
+    """Each dependency of the core and the kubernetes and gcs extras pinned at the floor
+    pyproject declares. kubernetes 29-36 lack ``ApiClient.param_serialize``, which the
+    client uses: every request failed with an AttributeError, so the floor is 37."""
+    (wheel,) = dist.glob("kinetic_workflows-*.whl")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"], *(project["optional-dependencies"][e] for e in
+                ("kubernetes", "gcs"))]  # fmt: skip
+    floors = [d.replace(">=", "==").split(",")[0] for d in _flatten(declared) if ">=" in d]
+    (tmp_path / "floors.txt").write_text("\n".join(floors))
+    venv = tmp_path / "venv"
+    run(uv(), "venv", "--quiet", "--python", "3.11", venv, cwd=tmp_path)
+    python = venv / "bin/python"
+    run(uv(), "pip", "install", "--quiet", "--python", python, "--constraint", "floors.txt",
+        f"kinetic-workflows[kubernetes,gcs] @ {wheel.as_uri()}", cwd=tmp_path)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "KINETIC"))}
+    env["KINETIC_LOCAL_DIR"] = str(tmp_path / "local")
+    out = run(python, "-c", LOWEST_PROBE, tmp_path, cwd=tmp_path, env=env)
+    assert out.split() == ["49", "BackendError"], out
+
+
+def _flatten(items: list[str | list[str]]) -> list[str]:
+    return [i for item in items for i in ([item] if isinstance(item, str) else item)]

@@ -1,4 +1,5 @@
-"""The kubernetes / gke backend: one ``batch/v1`` Job per kinetic job.
+"""The kubernetes / gke backend: one ``batch/v1`` Job per kinetic job, or one JobSet for a
+multi-host or queued job (``jobset.py``, where the server serves JobSet).
 
 ``poll`` makes one LIST of Jobs and one of Pods per namespace, label-selected by the
 watched job ids (``kinetic/job-id in (...)``), so its cost follows the jobs watched, not
@@ -15,6 +16,7 @@ import time
 from typing import Any
 
 from kinetic_core.backends import BackendState, LaunchSpec
+from kinetic_core.backends.kubernetes import jobset as js
 from kinetic_core.backends.kubernetes.client import KubeApiError, KubeClient
 from kinetic_core.backends.kubernetes.manifest import (
     job_manifest,
@@ -25,6 +27,7 @@ from kinetic_core.backends.kubernetes.manifest import (
 )
 from kinetic_core.backends.kubernetes.pod_logs import POD_LINES, JobLog
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
+from kinetic_core.backends.kubernetes.slice_states import jobset_state
 from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
 from kinetic_core.config import DEFAULT_STORAGE, Target
 from kinetic_core.errors import BackendError, ConfigError, PermissionDenied, SubmissionError
@@ -40,6 +43,15 @@ LOG_CHUNK_LINES = POD_LINES  # lines per read_logs chunk from a pod (a public na
 DRIVER_TAG = "kinetic/batch-driver"
 # Job ids per label-selected LIST: keeps the request URL well under server limits.
 POLL_CHUNK = 400
+# The label Kueue puts on a job's Workload: the uid of the job (our JobSet).
+WORKLOAD_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
+def _pod_template(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The pod template of a Job, or of a JobSet's (one) replicated Job."""
+    if manifest["kind"] == "JobSet":
+        return dict(manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"])
+    return dict(manifest["spec"]["template"])
 
 
 class _JobAbsent(Exception):
@@ -72,9 +84,9 @@ class KubernetesBackend:
         """Build the Job without sending it: a bad pod option or template raises ConfigError
         before the submission writes anything. A batch driver must be able to use the pod's
         service-account token (it reaches the API in-cluster): refused here otherwise."""
-        manifest = job_manifest(spec, self.namespace)
+        manifest = self._manifest(spec)
         if DRIVER_TAG in spec.labels:
-            pod = manifest["spec"]["template"]["spec"]
+            pod = _pod_template(manifest)["spec"]
             if pod.get("automountServiceAccountToken") is False:
                 raise ConfigError(
                     "A detached batch's driver reaches the Kubernetes API with its pod's "
@@ -82,6 +94,25 @@ class KubernetesBackend:
                     "automountServiceAccountToken: false: remove it from the target's "
                     "pod_template (the driver would have no credentials)."
                 )
+
+    def _manifest(self, spec: LaunchSpec) -> dict[str, Any]:
+        """The job's Job, or its JobSet (multi-host or queued): a ConfigError saying to
+        install JobSet where the API server does not serve it, before anything is made."""
+        if not js.needs_jobset(spec.target):
+            return job_manifest(spec, self.namespace)
+        if not self.client.serves(js.GROUP, js.VERSION):
+            why = (
+                f"a multi-host job ({js.hosts(spec.target)} hosts)"
+                if js.hosts(spec.target) > 1
+                else f"a queued job (queue={spec.target.queue!r})"
+            )
+            raise ConfigError(
+                f"{why} runs as a JobSet ({js.GROUP}/{js.VERSION}), which the Kubernetes API "
+                f"server of {self.client.where} does not serve: install the JobSet controller "
+                f"({js.INSTALL_DOCS}; on GKE it is what multi-host TPU slices use), and for "
+                "queue= Kueue with its jobset integration enabled. Nothing was created."
+            )
+        return js.jobset_manifest(spec, self.namespace)
 
     def launch(self, spec: LaunchSpec) -> None:
         """Create the Job (idempotent: an existing Job for this id counts as launched; its
@@ -97,7 +128,7 @@ class KubernetesBackend:
         TTL removes it). A refused Job (400/422, 403) takes its Secret back with it. A
         transient error stays a transient ``BackendError`` (the caller's policy retries
         it), after a GET tells whether the create reached the server (its answer lost)."""
-        manifest = job_manifest(spec, self.namespace)
+        manifest = self._manifest(spec)
         name = manifest["metadata"]["name"]
         secret = bool(spec.target.signing_key) and not dry_run
         made_secret = self._create_secret(spec) if secret else False
@@ -116,25 +147,26 @@ class KubernetesBackend:
     def _post_job(self, manifest: dict[str, Any], dry_run: bool) -> tuple[dict[str, Any], bool]:
         """POST the Job; an existing one (409, or a create whose answer was lost) is read.
         Returns the Job and whether this POST created it."""
-        name = manifest["metadata"]["name"]
+        name, kind = manifest["metadata"]["name"], manifest["kind"]
+        plural = "jobsets" if kind == "JobSet" else "jobs"
         query = {"dryRun": "All"} if dry_run else None
         try:
             answer = self.client.call(
                 "POST",
-                self.client.ns("jobs"),
+                self.client.ns(plural),
                 body=manifest,
                 query=query,
-                what=f"create Job {name}",
+                what=f"create {kind} {name}",
             )
             return dict(answer), True
         except BackendError as exc:
             if exc.status in (400, 422):
                 reason = getattr(exc, "reason", str(exc))
-                raise SubmissionError(f"Kubernetes rejected Job {name}: {reason}") from exc
+                raise SubmissionError(f"Kubernetes rejected {kind} {name}: {reason}") from exc
             if dry_run and exc.status != 409:
                 raise
             try:  # it exists (409), or the create reached the server and its answer was lost
-                return dict(self.client.call("GET", self.client.ns("jobs", name))), False
+                return dict(self.client.call("GET", self.client.ns(plural, name))), False
             except KubeApiError as missing:
                 if missing.status != 404:
                     raise exc from None
@@ -177,7 +209,8 @@ class KubernetesBackend:
             if not undo:  # a Job launched before runs on: never delete what we did not make
                 log.warning("kinetic: %s", exc)
                 return
-            self._undo(self.client.ns("jobs", name), f"Job {name}")
+            plural = "jobsets" if job.get("kind") == "JobSet" else "jobs"
+            self._undo(self.client.ns(plural, name), f"{job.get('kind', 'Job')} {name}")
             self._undo(self.client.ns("secrets", name), f"Secret {name}")
             raise
         except BackendError as exc:
@@ -193,26 +226,74 @@ class KubernetesBackend:
 
     # ---- poll ---------------------------------------------------------------------------
     def poll(self, job_ids: list[str]) -> dict[str, BackendState]:
-        """One LIST of Jobs and one LIST of Pods, selected by the ids of ``job_ids``."""
+        """One LIST of Jobs and one LIST of Pods, selected by the ids of ``job_ids``; where a
+        watched id has no plain Job (a multi-host or queued job, or none), one LIST of
+        JobSets, and for queued JobSets not yet admitted one LIST of their Workloads."""
         # An id that is no label value cannot have been launched (its Job would be invalid).
         ids = sorted({j for j in job_ids if valid_labels({"id": j})})
-        jobs: list[dict[str, Any]] = []
-        pods: list[dict[str, Any]] = []
-        for start in range(0, len(ids), POLL_CHUNK):
-            chunk = ",".join(ids[start : start + POLL_CHUNK])
-            query = {"labelSelector": f"app=kinetic,kinetic/job-id in ({chunk})"}
-            jobs += self.client.call("GET", self.client.ns("jobs"), query=query)["items"]
-            pods += self.client.call("GET", self.client.ns("pods"), query=query)["items"]
-        by_job = {j["metadata"]["labels"].get("kinetic/job-id"): j for j in jobs}
+        jobs = self._list("jobs", ids)
+        pods = self._list("pods", ids)
+        jobs_by_id: dict[str, list[dict[str, Any]]] = {}
+        for job in jobs:
+            jobs_by_id.setdefault(job["metadata"]["labels"].get("kinetic/job-id"), []).append(job)
+        plain = {
+            i: j[0]
+            for i, j in jobs_by_id.items()
+            if js.JOBSET_NAME not in j[0]["metadata"]["labels"]
+        }
+        others = [i for i in ids if i not in plain]
+        jobsets: dict[str, dict[str, Any]] = {}
+        if others and self.client.serves(js.GROUP, js.VERSION):
+            for item in self._list("jobsets", others):
+                jobsets[item["metadata"]["labels"].get("kinetic/job-id")] = item
+        workloads = self._workloads(list(jobsets.values()))
         pods_by_job: dict[str, list[dict[str, Any]]] = {}
         for pod in pods:
             job_id = pod["metadata"]["labels"].get("kinetic/job-id", "")
             pods_by_job.setdefault(job_id, []).append(pod)
         nodes = self._nodes_of(pods)
-        return {
-            job_id: job_state(by_job.get(job_id), pods_by_job.get(job_id, []), nodes)
-            for job_id in job_ids
-        }
+        out: dict[str, BackendState] = {}
+        for job_id in job_ids:
+            its_pods = pods_by_job.get(job_id, [])
+            if job_id in jobsets:
+                jobset = jobsets[job_id]
+                workload = workloads.get(jobset["metadata"].get("uid", ""))
+                children = jobs_by_id.get(job_id, [])
+                out[job_id] = jobset_state(jobset, children, its_pods, nodes, workload)
+            else:
+                out[job_id] = job_state(plain.get(job_id), its_pods, nodes)
+        return out
+
+    def _list(self, plural: str, ids: list[str]) -> list[dict[str, Any]]:
+        """``plural`` objects labelled with one of ``ids``, in chunks of ``POLL_CHUNK``."""
+        items: list[dict[str, Any]] = []
+        for start in range(0, len(ids), POLL_CHUNK):
+            chunk = ",".join(ids[start : start + POLL_CHUNK])
+            query = {"labelSelector": f"app=kinetic,kinetic/job-id in ({chunk})"}
+            items += self.client.call("GET", self.client.ns(plural), query=query)["items"]
+        return items
+
+    def _workloads(self, jobsets: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The Kueue Workloads of the queued JobSets not yet admitted (suspended), by the
+        JobSet's uid (Kueue labels its Workload ``kueue.x-k8s.io/job-uid``); nothing is
+        read while none waits. Without Kueue (or permission) the answer is empty."""
+        uids = sorted(
+            j["metadata"]["uid"]
+            for j in jobsets
+            if j.get("spec", {}).get("suspend") and js.QUEUE_LABEL in j["metadata"]["labels"]
+        )
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(uids), POLL_CHUNK):
+            chunk = ",".join(uids[start : start + POLL_CHUNK])
+            query = {"labelSelector": f"{WORKLOAD_UID_LABEL} in ({chunk})"}
+            try:
+                items = self.client.call("GET", self.client.ns("workloads"), query=query)["items"]
+            except (KubeApiError, PermissionDenied) as exc:
+                log.debug("kinetic: cannot read Kueue Workloads: %s", exc)
+                return found
+            for item in items:
+                found[item["metadata"]["labels"].get(WORKLOAD_UID_LABEL, "")] = item
+        return found
 
     def _nodes_of(self, pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """The Nodes of pods that run but stopped being Ready: is their node lost?
@@ -280,12 +361,20 @@ class KubernetesBackend:
 
     # ---- stop ---------------------------------------------------------------------------
     def _stop_requests(self, job_id: str) -> list[tuple[str, str, dict[str, Any]]]:
-        """What stopping a job deletes: its Job (foreground: its pods go first), every pod
-        carrying its label (also pods an orphaning deletion left without a Job), its Secret."""
+        """What stopping a job deletes: its JobSet where JobSet is served (foreground: its
+        Jobs, their pods and its Service go first), its Job, every pod carrying its label
+        (also pods an orphaning deletion left without a Job), its Secret."""
         name = job_name(job_id)
         selector = f"app=kinetic,kinetic/job-id={job_id}"
+        foreground = {"propagationPolicy": "Foreground"}
+        jobset = (
+            [(f"JobSet {name}", self.client.ns("jobsets", name), foreground)]
+            if self.client.serves(js.GROUP, js.VERSION)
+            else []
+        )
         return [
-            (f"Job {name}", self.client.ns("jobs", name), {"propagationPolicy": "Foreground"}),
+            *jobset,
+            (f"Job {name}", self.client.ns("jobs", name), foreground),
             (f"pods of job {job_id}", self.client.ns("pods"), {"labelSelector": selector}),
             (f"Secret {name}", self.client.ns("secrets", name), {}),
         ]

@@ -269,6 +269,14 @@ def in_memory_files(data: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
     return data, fds
 
 
+#: API paths of the namespaced kinds kinetic uses outside the core group.
+_GROUPS = {
+    "jobs": "/apis/batch/v1",
+    "jobsets": "/apis/jobset.x-k8s.io/v1alpha2",
+    "workloads": "/apis/kueue.x-k8s.io/v1beta1",
+}
+
+
 class KubeClient:
     """One namespace of one cluster (kubeconfig context or in-cluster), loaded lazily."""
 
@@ -281,6 +289,7 @@ class KubeClient:
         self._fds: list[int] = []  # in-memory credential files (``in_memory_files``)
         self._lock = threading.Lock()
         self.stats = _Counter()
+        self._served: dict[str, bool] = {}  # "group/version" -> served (API discovery)
 
     @property
     def where(self) -> str:
@@ -346,9 +355,24 @@ class KubeClient:
         return f"Context {self.where}, server {host}, CA {ca}. "
 
     def ns(self, kind: str, name: str | None = None) -> str:
-        """The API path of ``kind`` (jobs, pods, secrets) in this namespace."""
-        group = "/apis/batch/v1" if kind == "jobs" else "/api/v1"
+        """The API path of ``kind`` (jobs, pods, secrets, jobsets, workloads) here."""
+        group = _GROUPS.get(kind, "/api/v1")
         return f"{group}/namespaces/{self.namespace}/{kind}" + (f"/{name}" if name else "")
+
+    def serves(self, group: str, version: str) -> bool:
+        """Whether the API server serves ``group/version``, from API discovery (never from a
+        version string), asked once per client and group and remembered."""
+        key = f"{group}/{version}"
+        if key not in self._served:
+            try:
+                found = self.call("GET", f"/apis/{group}", what=f"discover API group {group}")
+                versions = {v.get("version") for v in found.get("versions") or []}
+            except KubeApiError as exc:
+                if exc.status != 404:
+                    raise
+                versions = set()
+            self._served[key] = version in versions
+        return self._served[key]
 
     def call(
         self,

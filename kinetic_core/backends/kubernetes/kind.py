@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from kinetic_core import registry
 from kinetic_core.backends import Backend, BackendKind
-from kinetic_core.backends.kubernetes.accelerators import accelerator_spec, describe
+from kinetic_core.backends.kubernetes.accelerators import accelerator_spec
 from kinetic_core.backends.kubernetes.console import console_links
 from kinetic_core.backends.kubernetes.image import DEFAULT_IMAGE, check_requirements
-from kinetic_core.backends.kubernetes.manifest import job_name
+from kinetic_core.backends.kubernetes.manifest import job_name, valid_labels
 from kinetic_core.backends.kubernetes.pod_options import POD_OPTIONS, check_pod_options
 from kinetic_core.errors import ConfigError
 
@@ -36,7 +36,8 @@ CONNECTION_FIELDS = (
 
 
 class KubernetesKind:
-    """One ``batch/v1`` Job per job; the Job's pod mounts volumes."""
+    """One ``batch/v1`` Job per job (a JobSet for a multi-host or queued one); its pods
+    mount volumes."""
 
     options = frozenset(
         {
@@ -56,6 +57,9 @@ class KubernetesKind:
             "annotations",
             "project",
             "requirements",
+            "queue",
+            "priority",
+            "queue_timeout",
             *POD_OPTIONS,
         }
     )
@@ -78,7 +82,7 @@ class KubernetesKind:
                 "or leave it unset ($KUBECONFIG, ~/.kube/config)."
             )
         check_pod_options(**{name: getattr(target, name) for name in POD_OPTIONS})
-        check_single_host(target)
+        check_shape(target)
         check_requirements(target.requirements)
 
     def job_object_name(self, job_id: str) -> str | None:
@@ -101,17 +105,31 @@ class KubernetesKind:
         return {"in_cluster": True, **({} if chosen else {"image": DEFAULT_IMAGE})}
 
 
-def check_single_host(target: Target) -> None:
-    """The accelerator and num_hosts name a known shape; until the multi-host backend
-    (JobSet, issue 19) lands, a shape of several hosts is refused here, before anything is
-    written, instead of silently running as one pod."""
-    shape = accelerator_spec(target.accelerator, target.num_hosts)
-    if shape.multi_host:
+def check_shape(target: Target) -> None:
+    """The accelerator and num_hosts name a known shape (a multi-host one runs as a JobSet,
+    checked served at launch; any other backend refuses it: interfaces point 4), and the
+    Kueue queue and priority are label values."""
+    hosts = accelerator_spec(target.accelerator, target.num_hosts).hosts
+    if hosts > 1 and target.backend not in ("kubernetes", "gke"):
+        # checked here because these options are this kind's: a local job is one process
         raise ConfigError(
-            f"{describe(shape)} is a multi-host job: multi-host slices need "
-            "JobSet, coming with the multi-host backend of issue 19 (not in this version). "
-            "Until then, run it on one host: a single-host shape (tpu-v5e-8, tpu-v6e-8: 8 chips; "
-            "tpu-v5p-8, tpu-v4-8: 4 chips; gpu-h100x8) with num_hosts unset or 1."
+            f"{hosts} hosts: the {target.backend or 'local'} backend runs a job as one process "
+            "on this machine, never a multi-host job (num_hosts > 1 or a multi-host slice such "
+            "as tpu-v5e-16). Run it on Kubernetes/GKE (backend='gke' or 'kubernetes'), or "
+            "leave num_hosts unset and pick a single-host accelerator here."
+        )
+    for name in ("queue", "priority"):
+        value = getattr(target, name)
+        if value is not None and (not isinstance(value, str) or not valid_labels({"k": value})):
+            raise ConfigError(
+                f"{name} must be a Kueue {'LocalQueue' if name == 'queue' else 'priority class'} "
+                f"name (a Kubernetes label value: at most 63 letters, digits, '-', '_', '.'), "
+                f"got {value!r}."
+            )
+    if target.queue_timeout is not None and not target.queue:
+        raise ConfigError(
+            "queue_timeout bounds the wait for Kueue's admission: set queue= (the LocalQueue) "
+            "too, or drop queue_timeout (schedule_timeout bounds an unqueued job's wait)."
         )
 
 

@@ -55,8 +55,27 @@ def valid_labels(raw: dict[str, str]) -> dict[str, str]:
     }
 
 
-def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
-    """The Job for ``spec``: catalogue accelerator, spot, resources, labels, deadline."""
+def kinetic_labels(spec: LaunchSpec) -> dict[str, str]:
+    """The labels of every object of a job: its tags and the Target's, then ours."""
+    return {
+        **valid_labels({**spec.labels, **(spec.target.labels or {})}),
+        "app": "kinetic",
+        "kinetic/job-id": spec.job_id,
+    }
+
+
+def job_annotations(spec: LaunchSpec) -> dict[str, str]:
+    return {
+        **(spec.target.annotations or {}),
+        "kinetic/tags": json.dumps(spec.labels),
+        "kinetic/storage": spec.storage_uri,
+    }
+
+
+def pod_template(spec: LaunchSpec, extra_env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The pod template of one host of the job: catalogue accelerator (per host), spot,
+    resources, pod options and ``pod_template``, image and bootstrap; ``extra_env`` (a
+    multi-host worker's identity) is added to the kinetic container's environment."""
     t = spec.target
     selector, extended, tolerations = accelerator_spec(t.accelerator, t.num_hosts).pod_parts()
     if t.spot:
@@ -74,15 +93,12 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
             limits.setdefault(key, t.resources[key])  # type: ignore[index]
     for key, count in extended.items():
         requests[key] = limits[key] = str(count)
-    labels = {
-        **valid_labels({**spec.labels, **(t.labels or {})}),
-        "app": "kinetic",
-        "kinetic/job-id": spec.job_id,
-    }
+    labels = kinetic_labels(spec)
     env: list[dict[str, Any]] = [
         *({"name": k, "value": v} for k, v in literal_env(t.env).items()),
         *pod_env(t),
         {"name": "KINETIC_JOB_ID", "value": spec.job_id},
+        *(extra_env or []),
     ]
     if t.signing_key:
         env.append(
@@ -121,32 +137,41 @@ def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
         "labels": pod_labels,
         **({"annotations": template_meta["annotations"]} if "annotations" in template_meta else {}),
     }
-    job_spec: dict[str, Any] = {
+    template = {"metadata": pod_meta, "spec": pod_spec}
+    if t.backend == "gke":
+        add_fuse_volumes(template, pod_spec["containers"][0], spec.fuse_volumes)
+    return template
+
+
+def job_spec(spec: LaunchSpec, template: dict[str, Any]) -> dict[str, Any]:
+    """A ``batch/v1`` JobSpec running ``template`` once: no retries (``backoffLimit: 0``,
+    they belong to the orchestrator and recovery), TTL, deadline from ``life_span``."""
+    t = spec.target
+    out: dict[str, Any] = {
         "backoffLimit": 0,
         "ttlSecondsAfterFinished": (
             TTL_AFTER_FINISHED if t.ttl_after_finished is None else t.ttl_after_finished
         ),
-        "template": {"metadata": pod_meta, "spec": pod_spec},
+        "template": template,
     }
     deadline = t.active_deadline or t.life_span
     if deadline:
-        job_spec["activeDeadlineSeconds"] = math.ceil(deadline)
-    if t.backend == "gke":
-        add_fuse_volumes(job_spec["template"], container, spec.fuse_volumes)
+        out["activeDeadlineSeconds"] = math.ceil(deadline)
+    return out
+
+
+def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
+    """The Job for ``spec``: catalogue accelerator, spot, resources, labels, deadline."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": job_name(spec.job_id),
             "namespace": namespace,
-            "labels": labels,
-            "annotations": {
-                **(t.annotations or {}),
-                "kinetic/tags": json.dumps(spec.labels),
-                "kinetic/storage": spec.storage_uri,
-            },
+            "labels": kinetic_labels(spec),
+            "annotations": job_annotations(spec),
         },
-        "spec": job_spec,
+        "spec": job_spec(spec, pod_template(spec)),
     }
 
 
@@ -203,10 +228,11 @@ def secret_manifest(spec: LaunchSpec) -> dict[str, Any]:
 
 
 def owner_patch(name: str, job: dict[str, Any]) -> dict[str, Any]:
-    """Merge patch making Job ``name`` (as the API returned it) own a resource."""
+    """Merge patch making ``job`` (a Job or JobSet named ``name``, as the API returned it)
+    own a resource."""
     owner = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
+        "apiVersion": job.get("apiVersion", "batch/v1"),
+        "kind": job.get("kind", "Job"),
         "name": name,
         "uid": job["metadata"]["uid"],
         "blockOwnerDeletion": False,

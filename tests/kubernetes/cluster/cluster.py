@@ -70,6 +70,12 @@ KINETIC_RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "get", "patch", "delete"]},
+    {
+        "apiGroups": ["jobset.x-k8s.io"],
+        "resources": ["jobsets"],
+        "verbs": ["create", "get", "list", "watch", "delete"],
+    },
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list"]},
 ]
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
