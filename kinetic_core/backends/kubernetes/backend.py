@@ -15,8 +15,8 @@ import logging
 import time
 from typing import Any
 
+import kinetic_core.backends.kubernetes.jobset as js
 from kinetic_core.backends import BackendState, LaunchSpec
-from kinetic_core.backends.kubernetes import jobset as js
 from kinetic_core.backends.kubernetes.client import KubeApiError, KubeClient
 from kinetic_core.backends.kubernetes.manifest import (
     job_manifest,
