@@ -68,8 +68,8 @@ def submit(barrier: Path, fail_on: int = -1, hold: str = "", held: int = 0) -> k
 
 
 def as_slice(job: kc.JobHandle) -> kc.JobHandle:
-    """The job's handle as a JobSet launch records it: on a 4-host slice. (Until the
-    multi-host backend is merged, Target.validate refuses multi-host shapes up front.)"""
+    """The job's handle as a JobSet launch records it: on a 4-host slice. (No other
+    backend runs a multi-host job but Kubernetes: a plain kind refuses multi-host shapes.)"""
     storage = open_storage(job.target["storage"])
     key = layout.job_file(job.job_id, layout.HANDLE)
     data = json.loads(storage.read_bytes(key))
