@@ -19,6 +19,7 @@ _EXPORTS = {
     "list_jobs": "kinetic_core.jobs",
     "JobHandle": "kinetic_core.jobs",
     "LogStream": "kinetic_core.logs",
+    "log_workers_option": "kinetic_core.logs",
     "JobStatus": "kinetic_core.states",
     "JobState": "kinetic_core.states",
     "ChildStatus": "kinetic_core.states",
@@ -142,7 +143,7 @@ if TYPE_CHECKING:
     from kinetic_core.ids import validate_id
     from kinetic_core.jobs import JobHandle, attach, list_jobs
     from kinetic_core.links import LINK_KINDS, job_links
-    from kinetic_core.logs import LogStream
+    from kinetic_core.logs import LogStream, log_workers_option
     from kinetic_core.notice import on_preemption, preempted
     from kinetic_core.options import TargetOption, target_options
     from kinetic_core.outputs import sync_outputs

@@ -30,7 +30,14 @@ from kinetic_core.errors import (
 )
 from kinetic_core.history import Transition, transitions
 from kinetic_core.ids import validate_id
-from kinetic_core.logs import LogStream
+from kinetic_core.logs import (
+    LogStream,
+    check_worker,
+    is_merged,
+    prefixed,
+    read_merged,
+    workers_of,
+)
 from kinetic_core.outputs import download_outputs, outputs_uri
 from kinetic_core.payload import load_envelope, rebuild_exception
 from kinetic_core.polling import Until, in_thread, poll_ticks, shared_poller, wait_states
@@ -202,22 +209,60 @@ class JobHandle:
             return self
         return load_handle(self._storage(), state.job_id, self._key)
 
-    def logs(self, tail: int | None = None) -> str:
-        return backend_for(self).logs(self.job_id, tail)
+    def logs(self, tail: int | None = None, *, worker: int | None = None) -> str:
+        """The job's output, or its last ``tail`` lines (of each worker). A multi-host job:
+        every worker's lines led by ``[w{k}] ``, worker by worker; ``worker=k`` only
+        worker k's, unprefixed."""
+        count = self.workers
+        check_worker(self.job_id, worker, count)
+        backend = backend_for(self)
+        if count == 1:
+            return backend.logs(self.job_id, tail)
+        if worker is not None:
+            return backend.logs(self.job_id, tail, worker=worker)
+        return "".join(prefixed(k, backend.logs(self.job_id, tail, worker=k)) for k in range(count))
 
     alogs = in_thread(logs)
 
-    def read_logs(self, cursor: str | None = None) -> tuple[str, str | None]:
+    @property
+    def workers(self) -> int:
+        """How many workers (hosts) run this job, each with its own log: 1 unless it is a
+        multi-host job (``num_hosts`` > 1, a multi-host TPU slice)."""
+        return workers_of(self.target)
+
+    def read_logs(
+        self, cursor: str | None = None, *, worker: int | None = None
+    ) -> tuple[str, str | None]:
         """Log text written after ``cursor`` (None: from the start) and the next cursor.
 
-        Bounded per call: for streaming logs incrementally (e.g. from a trigger).
+        Bounded per call: for streaming logs incrementally (e.g. from a trigger). A
+        multi-host job: whole lines of every worker, prefixed ``[w{k}] `` (one cursor
+        for all, opaque), or ``worker=k``'s own output.
         """
-        return backend_for(self).read_logs(self.job_id, cursor)
+        count = self.workers
+        check_worker(self.job_id, worker, count)
+        backend = backend_for(self)
+        if count == 1 and not is_merged(cursor):
+            return backend.read_logs(self.job_id, cursor)
+        if worker is not None:
+            return backend.read_logs(self.job_id, cursor, worker=worker)
 
-    def follow_logs(self, *, cursor: str | None = None, timeout: float | None = None) -> LogStream:
+        def one(at: str | None, k: int) -> tuple[str, str | None]:
+            return backend.read_logs(self.job_id, at, worker=k)
+
+        return read_merged(one, count, cursor)
+
+    def follow_logs(
+        self,
+        *,
+        cursor: str | None = None,
+        timeout: float | None = None,
+        worker: int | None = None,
+    ) -> LogStream:
         """Iterate the job's log lines as they are written, until the job ends and its log
-        is drained (see ``LogStream``)."""
-        return LogStream(self, cursor=cursor, timeout=timeout)
+        is drained (see ``LogStream``; ``worker``: one worker of a multi-host job)."""
+        check_worker(self.job_id, worker, self.workers)
+        return LogStream(self, cursor=cursor, timeout=timeout, worker=worker)
 
     def afollow_logs(
         self,
@@ -227,9 +272,11 @@ class JobHandle:
         timeout: float | None = None,
         until: Until | None = None,
         best_effort: bool = False,
+        worker: int | None = None,
     ) -> LogStream:
         """Async twin of ``follow_logs`` (``async for line in job.afollow_logs()``): reads
         every ``interval`` seconds and stops early once ``until()`` is True."""
+        check_worker(self.job_id, worker, self.workers)
         return LogStream(
             self,
             cursor=cursor,
@@ -237,6 +284,7 @@ class JobHandle:
             timeout=timeout,
             until=until,
             best_effort=best_effort,
+            worker=worker,
         )
 
     # ---- collect --------------------------------------------------------------------------

@@ -4,15 +4,25 @@ One ``LogStream`` serves both twins: iterate it (``handle.follow_logs()``) or as
 it (``handle.afollow_logs()``). Only the waiting between reads differs: the sync driver
 asks the job's state itself; the async driver holds one registration with the shared
 poller, so a thousand streams in one process still cost one status poll per interval.
+
+A multi-host job has one log per worker. Read without ``worker``, its lines come from
+every worker, each led by ``[w{k}] `` (``read_merged``: one bounded read per worker per
+call, whole lines only, in order within each worker); with ``worker=k``, worker k's own,
+as a single-host job's (no prefix). The merged cursor is JSON, opaque to callers: each
+worker's backend cursor (which itself goes on from the pod to storage when the pod is
+gone) and the unfinished last line of each, so a resumed reader neither repeats nor loses
+a line. A single-host job's log reads exactly as before (no prefix, the backend's cursor).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import json
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from kinetic_core import recovery
+from kinetic_core.errors import ConfigError
 from kinetic_core.polling import Until, apoll_ticks, interval_of, poll_ticks, shared_poller
 from kinetic_core.states import JobState
 
@@ -28,8 +38,113 @@ class Followed(Protocol):
     def job_id(self) -> str: ...
     @property
     def target(self) -> dict[str, Any]: ...
-    def read_logs(self, cursor: str | None = None) -> tuple[str, str | None]: ...
+    def read_logs(
+        self, cursor: str | None = None, *, worker: int | None = None
+    ) -> tuple[str, str | None]: ...
     def state(self) -> JobState: ...
+
+
+# ---- the logs of several workers ---------------------------------------------------------
+ReadOne = Callable[[str | None, int], tuple[str, str | None]]  # (cursor, worker) -> chunk
+
+
+def workers_of(target: Mapping[str, Any]) -> int:
+    """How many workers (hosts) a job of ``target`` runs: ``num_hosts``, or the hosts of a
+    multi-host TPU slice (the accelerator catalogue: pure data, imported only for TPUs)."""
+    hosts = target.get("num_hosts")
+    count = hosts if isinstance(hosts, int) and hosts > 1 else 1
+    accelerator = target.get("accelerator")
+    if isinstance(accelerator, str) and accelerator.startswith("tpu"):
+        try:
+            from kinetic_core.backends.kubernetes.accelerators import accelerator_spec
+
+            count = max(count, accelerator_spec(accelerator).hosts)
+        except Exception:  # an unknown shape: its launch said so; one log here
+            pass
+    return count
+
+
+def check_worker(job_id: str, worker: int | None, count: int) -> None:
+    """ConfigError unless ``worker`` is None or one of the job's ``count`` workers."""
+    if worker is None:
+        return
+    if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < count:
+        raise ConfigError(
+            f"job {job_id} has {count} worker(s) (0..{count - 1}); worker={worker!r} is none of "
+            "them. Pass one of those indexes, or no worker for every worker's lines."
+        )
+
+
+def log_workers_option(value: Any) -> int | None:
+    """An orchestrator's ``log_workers`` option (``0`` by default: worker 0's log, the
+    coordinator's) as the ``worker`` of a log read: ``"all"`` is None (every worker's
+    lines, prefixed ``[w{k}] ``), a whole number >= 0 that worker; ConfigError otherwise.
+    A single-host job is worker 0 of 1: any of them reads its one log."""
+    if value == "all":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ConfigError(
+        f"log_workers must be 'all' or a worker index (a whole number >= 0), got {value!r}."
+    )
+
+
+def is_merged(cursor: str | None) -> bool:
+    """A cursor of ``read_merged`` (JSON), not a backend's own."""
+    return bool(cursor) and str(cursor).startswith("{")
+
+
+def prefix(worker: int) -> str:
+    return f"[w{worker}] "
+
+
+def prefixed(worker: int, text: str) -> str:
+    """Every line of ``text`` led by the worker's prefix (a missing last line end kept so)."""
+    return "".join(prefix(worker) + line for line in text.splitlines(keepends=True))
+
+
+def read_merged(read: ReadOne, count: int, cursor: str | None) -> tuple[str, str]:
+    """Every worker's new whole lines, prefixed, and the merged cursor after them."""
+    state = _state(cursor)
+    out: list[str] = []
+    for k in range(count):
+        key = str(k)
+        text, state["w"][key] = read(state["w"].get(key), k)
+        if not text:
+            continue
+        lines = (state["p"].pop(key, "") + text).split("\n")
+        rest = lines.pop()
+        if rest:  # unfinished: kept in the cursor until its line end comes
+            state["p"][key] = rest
+        out.extend(f"{prefix(k)}{line}\n" for line in lines)
+    return "".join(out), json.dumps(state, separators=(",", ":"))
+
+
+def merged_rest(cursor: str | None) -> tuple[list[str], str | None]:
+    """The unfinished last lines a merged cursor holds (the job ended: they are whole now),
+    prefixed, and the cursor without them."""
+    if not is_merged(cursor):
+        return [], cursor
+    state = _state(cursor)
+    rest = [f"{prefix(int(k))}{text}" for k, text in sorted(state["p"].items(), key=_by_worker)]
+    state["p"] = {}
+    return [line.rstrip("\r") for line in rest], json.dumps(state, separators=(",", ":"))
+
+
+def _by_worker(item: tuple[str, str]) -> int:
+    return int(item[0])
+
+
+def _state(cursor: str | None) -> dict[str, dict[str, Any]]:
+    if not is_merged(cursor):
+        return {"w": {}, "p": {}}
+    try:
+        state = json.loads(str(cursor))
+        return {"w": dict(state["w"]), "p": dict(state.get("p") or {})}
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(
+            f"{cursor!r} is not a log cursor of this job; pass the cursor a read returned, or none."
+        ) from None
 
 
 class LogStream:
@@ -39,7 +154,8 @@ class LogStream:
     (WaitTimeout; the job keeps running), or, async only, when ``until()`` returns True
     (``stopped`` is then True). Afterwards ``state`` is the job's final state (None if the
     stream stopped early) and ``cursor`` is where reading stopped: a later stream started
-    there continues without repeating a line.
+    there continues without repeating a line. ``worker`` (multi-host jobs): only that
+    worker's lines, unprefixed; without it every worker's, prefixed ``[w{k}] ``.
 
     With ``best_effort`` (what orchestrators want: a log must never fail a task), a failed
     read stops the reading, is kept in ``error``, and the stream still ends with the job.
@@ -54,8 +170,10 @@ class LogStream:
         timeout: float | None = None,
         until: Until | None = None,
         best_effort: bool = False,
+        worker: int | None = None,
     ) -> None:
         self.handle = handle
+        self.worker = worker
         self.best_effort = best_effort
         self.error: Exception | None = None
         self.cursor = cursor
@@ -72,7 +190,7 @@ class LogStream:
         lines: list[str] = []
         for _ in range(0 if self.error else max_reads):
             try:
-                chunk, self.cursor = self.handle.read_logs(self.cursor)
+                chunk, self.cursor = self.handle.read_logs(self.cursor, worker=self.worker)
             except Exception as exc:
                 if not self.best_effort:
                     raise
@@ -103,7 +221,8 @@ class LogStream:
         if self._partial:
             lines.append(self._partial.rstrip("\r"))
             self._partial = ""
-        return lines
+        rest, self.cursor = merged_rest(self.cursor)
+        return lines + rest
 
     def lines(self) -> list[str]:
         """New complete lines now (bounded reads), for a caller that drives its own ticks

@@ -7,12 +7,19 @@ happens on ``sync_outputs()``, when the function ends however it ends, on SIGTER
 ``life_span``, pod deletion) and, on the local backend, once more by the supervisor after
 the runner died (a SIGKILL cannot be caught). A new attempt of an idempotency key starts
 with its latest earlier attempt's outputs (``inherit_checkpoint``).
+
+Workers of a multi-host job: each has its own folder and syncs it itself, so four workers
+ending at once neither clobber nor lose a file. Worker 0's folder is ``outputs/{job_id}/``
+as for a single-host job; worker k's (k > 0) is ``outputs/{job_id}/worker-{k}/``, and so is
+the checkpoint it inherits. Worker 0 inherits its own files only (no ``worker-{k}/``
+folder of a multi-host attempt), so it never sends a stale copy of another worker's files.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -29,38 +36,62 @@ _STATE = "synced.json"  # beside the folder, not in it: {relative path: [size, m
 _lock = threading.Lock()
 
 
-def local_root(job_id: str) -> str:
-    """This machine's private folder for the job's outputs (``out/``) and sync state."""
+def worker_prefix(job_id: str, worker: int = 0) -> str:
+    """Where worker ``worker``'s outputs are kept in storage (see the module docstring)."""
+    return layout.outputs(job_id) + (f"/{WORKER_FOLDER}{worker}" if worker else "")
+
+
+WORKER_FOLDER = "worker-"
+_WORKER_DIR = re.compile(rf"^{WORKER_FOLDER}\d+/")
+
+
+def local_root(job_id: str, worker: int = 0) -> str:
+    """This machine's private folder for the job's outputs (``out/``) and sync state; one
+    per worker (ids have no dots: ``{job_id}.worker-{k}`` is no other job's)."""
     validate_id(job_id)
     base = os.path.join(tempfile.gettempdir(), f"kinetic-jobs-{os.getuid()}")
     os.makedirs(base, mode=0o700, exist_ok=True)
     st = os.lstat(base)
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise PermissionError(f"{base} is not private to this user: remove it and retry")
-    return os.path.join(base, job_id)
+    return os.path.join(base, job_id + (f".{WORKER_FOLDER}{worker}" if worker else ""))
 
 
-def folder(storage: Storage, job_id: str) -> str:
+def folder(storage: Storage, job_id: str, worker: int = 0) -> str:
     """The job's KINETIC_OUTPUT_DIR on this machine."""
-    in_place = storage.local_path(layout.outputs(job_id))
-    return in_place or os.path.join(local_root(job_id), "out")
+    in_place = storage.local_path(worker_prefix(job_id, worker))
+    return in_place or os.path.join(local_root(job_id, worker), "out")
 
 
-def prepare(storage: Storage, job_id: str, handle: dict[str, Any] | None) -> str:
+def prepare(
+    storage: Storage,
+    job_id: str,
+    handle: dict[str, Any] | None,
+    *,
+    worker: int = 0,
+    workers: int = 1,
+) -> str:
     """Create the output folder, seed it from an earlier attempt, export the env vars.
-    ``handle`` is the job's ``handle.json`` as the runner read it (None: unreadable)."""
-    out = folder(storage, job_id)
+    ``handle`` is the job's ``handle.json`` as the runner read it (None: unreadable);
+    ``worker`` of ``workers``: this process's place in a multi-host job."""
+    out = folder(storage, job_id, worker)
     for path in (os.path.dirname(out), out):  # makedirs' mode covers the leaf only
         os.makedirs(path, mode=0o700, exist_ok=True)
-    inherit_checkpoint(storage, job_id, out, handle)
+    inherit_checkpoint(storage, job_id, out, handle, worker=worker, own_only=workers > 1)
     os.environ["KINETIC_OUTPUT_DIR"] = out
-    os.environ["KINETIC_OUTPUT_URI"] = storage.location(layout.outputs(job_id))
+    os.environ["KINETIC_OUTPUT_URI"] = storage.location(worker_prefix(job_id, worker))
     os.environ["KINETIC_JOB_STORAGE"] = storage.uri
     return out
 
 
 def inherit_checkpoint(
-    storage: Storage, job_id: str, dest: str, handle: dict[str, Any] | None
+    storage: Storage,
+    job_id: str,
+    dest: str,
+    handle: dict[str, Any] | None,
+    *,
+    worker: int = 0,
+    own_only: bool = False,
 ) -> str | None:
     """Copy into ``dest`` the outputs of the latest earlier attempt of this job's
     idempotency key that has any; return that attempt's job id (None: nothing to inherit).
@@ -68,7 +99,8 @@ def inherit_checkpoint(
     Works however attempt N+1 was created (a resubmit, a batch child retry, a recovery):
     it only needs ``handle`` (the job's ``handle.json``), whose key and attempt must name
     this very job id. Files already in ``dest`` are kept (a restarted runner of the same
-    attempt).
+    attempt). ``worker``'s own folder is read; with ``own_only`` (worker 0 of a multi-host
+    job) other workers' ``worker-{k}/`` folders are left to them.
     """
     if handle is None:
         return None
@@ -82,11 +114,13 @@ def inherit_checkpoint(
             previous = attempt_id(key, n)
         except InvalidIdError:
             return None  # a record not bound to a job: act on nothing
-        files = storage.walk(layout.outputs(previous))
+        files = storage.walk(worker_prefix(previous, worker))
+        if own_only:
+            files = [f for f in files if not _WORKER_DIR.match(f)]
         if not files:
             continue
         todo = [f for f in files if not os.path.exists(os.path.join(dest, *f.split("/")))]
-        _fetch(storage, layout.outputs(previous), todo, dest)
+        _fetch(storage, worker_prefix(previous, worker), todo, dest)
         return previous
     return None
 
@@ -98,11 +132,12 @@ def _fetch(storage: Storage, prefix: str, files: list[str], dest: str) -> None:
 
 
 # ---- sync ------------------------------------------------------------------------------------
-def sync(storage: Storage, job_id: str, out: str | None = None) -> int:
-    """Send what changed in the job's output folder since the last sync; delete what was
-    removed. Returns the number of files sent. A no-op where the folder is the storage."""
-    out = out or folder(storage, job_id)
-    if storage.local_path(layout.outputs(job_id)) == out or not os.path.isdir(out):
+def sync(storage: Storage, job_id: str, out: str | None = None, *, worker: int = 0) -> int:
+    """Send what changed in the job's (worker's) output folder since the last sync; delete
+    what was removed. Returns the number of files sent. A no-op where the folder is the
+    storage."""
+    out = out or folder(storage, job_id, worker)
+    if storage.local_path(worker_prefix(job_id, worker)) == out or not os.path.isdir(out):
         return 0
     from kinetic_core.parallel import parallel
 
@@ -124,10 +159,10 @@ def sync(storage: Storage, job_id: str, out: str | None = None) -> int:
             key = name if rel == "." else f"{rel}/{name}".replace(os.sep, "/")
             now[key] = [st.st_size, st.st_mtime_ns]
     changed = [k for k, v in now.items() if sent.get(k) != v]
-    prefix = layout.outputs(job_id)
-    parallel(lambda k: storage.put_file(f"{prefix}/{k}", os.path.join(out, k)), changed)
+    into = worker_prefix(job_id, worker)
+    parallel(lambda k: storage.put_file(f"{into}/{k}", os.path.join(out, k)), changed)
     for gone in set(sent) - set(now):
-        storage.delete(f"{prefix}/{gone}")
+        storage.delete(f"{into}/{gone}")
     tmp = f"{state_path}.tmp"
     with open(tmp, "w") as fh:
         json.dump(now, fh)
@@ -142,17 +177,24 @@ def sync_outputs() -> int:
     if not job_id or not uri:
         return 0
     with _lock:
-        return sync(open_storage(uri), job_id, os.environ.get("KINETIC_OUTPUT_DIR"))
+        return sync(open_storage(uri), job_id, os.environ.get("KINETIC_OUTPUT_DIR"), worker=_me())
 
 
-def sync_if_idle(storage_uri: str, job_id: str) -> None:
+def _me() -> int:
+    """This process's worker index (0 outside a multi-host job)."""
+    from kinetic_core.workers import Worker
+
+    return Worker.from_env().index
+
+
+def sync_if_idle(storage_uri: str, job_id: str, worker: int = 0) -> None:
     """The final sync (the function ended, SIGTERM, or the runner died): skipped when a
     sync is under way in this process (a signal interrupted it; the supervisor follows)."""
     if not _lock.acquire(blocking=False):
         return
     try:
         storage = open_storage(storage_uri)
-        sync(storage, job_id)
+        sync(storage, job_id, worker=worker)
     except Exception as exc:  # reported, never masks how the job ended
         import sys
 
@@ -161,15 +203,15 @@ def sync_if_idle(storage_uri: str, job_id: str) -> None:
         _lock.release()
 
 
-def finish(storage_uri: str, job_id: str) -> None:
-    """Last sync as the job ends, then drop this machine's copy (and downloaded data).
-    Never raises: how the job ended must still be recorded."""
+def finish(storage_uri: str, job_id: str, worker: int = 0) -> None:
+    """Last sync as the job (worker) ends, then drop this machine's copy (and downloaded
+    data). Never raises: how the job ended must still be recorded."""
     try:
-        root = local_root(job_id)
+        root = local_root(job_id, worker)
         if not os.path.isdir(root):
             return
         if not storage_uri.startswith("file://"):  # there the folder is the storage
-            sync_if_idle(storage_uri, job_id)
+            sync_if_idle(storage_uri, job_id, worker)
         shutil.rmtree(root, ignore_errors=True)
     except Exception as exc:
         import sys

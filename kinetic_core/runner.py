@@ -4,17 +4,26 @@ Downloads and verifies the call envelope, runs the function, writes the result e
 create-only and records start/finish. Exit 0 on success, 1 on a failure of the function or
 of a setup phase (``load``, ``store``), 2 when even storage is unreachable. Imports stay
 small: this is on the critical path of every job.
+
+Each worker of a multi-host job runs this too (``workers.Worker.from_env``), the same
+function: it writes its own started record (worker 0 ``started.json`` as a single-host
+job, worker k ``started-worker-{k}.json``), so a replacement pod of worker k refuses to run
+it again; only worker 0 stores a success (its value is the result); any worker whose
+function raises stores the failure (create-only: the first failing worker wins), naming
+the worker; a worker stopped from outside decides nothing. Before the function runs the
+worker gets the variables the frameworks read (``workers.framework_env``), where not set.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import traceback
 from typing import Any
 
-from kinetic_core import bootstrap, layout, log_capture, notice, outputs, versions
+from kinetic_core import bootstrap, layout, log_capture, notice, outputs, versions, workers
 from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.ids import validate_id
 from kinetic_core.payload import (
@@ -55,34 +64,37 @@ def _load_call(storage: Storage, job_id: str, signing_key: str | None) -> dict[s
 
 def run_job(storage_uri: str, job_id: str) -> int:
     validate_id(job_id)
+    me = workers.Worker.from_env()
     storage = open_storage(storage_uri)
     signing_key = os.environ.get("KINETIC_SIGNING_KEY") or None
     decided = read_outcome(storage, job_id)
-    worker = _worker_index()
     if decided is not None:  # cancelled (or stopped) before it started: run nothing
         print(
             f"kinetic: job {job_id} is already {decided['status']}; not running it", file=sys.stderr
         )
         # a late worker of a slice whose worker 0 already succeeded has nothing left to do
-        return 0 if worker and decided["status"] == "SUCCEEDED" else 1
+        return 0 if me.index and decided["status"] == "SUCCEEDED" else 1
     handle = read_json(storage, layout.job_file(job_id, layout.HANDLE))
     other = _other_attempt(storage, job_id, handle)
     if other is not None:
         print(f"kinetic: job {job_id} is not run: {other}", file=sys.stderr)
         return REFUSED_EXIT_CODE
-    started = layout.STARTED if worker == 0 else f"started-worker-{worker}.json"
-    if not write_record(storage, job_id, started, create_only=True, event="started"):
-        return _refuse_second_run(storage, job_id, started)
-    log_capture.start(storage, job_id, worker=worker)  # also kept in storage as it runs
+    started = started_record(me.index)
+    if not write_record(
+        storage, job_id, started, create_only=True, event="started", worker=me.index
+    ):
+        return _refuse_second_run(storage, job_id, me.index)
+    log_capture.start(storage, job_id, worker=me.index)  # also kept in storage as it runs
     bootstrap.replay()  # what a requirements= install printed before the capture began
+    _framework_env(me, handle)
     phase = "load"
     try:
         versions.check_setup(storage, job_id)  # ImageMismatch: before anything is unpickled
         call = _load_call(storage, job_id, signing_key)
         os.environ.update(call.get("env") or {})
         os.environ["KINETIC_JOB_ID"] = job_id
-        outputs.prepare(storage, job_id, handle)
-        args, kwargs = _arrive(call, storage, job_id)
+        outputs.prepare(storage, job_id, handle, worker=me.index, workers=me.count)
+        args, kwargs = _arrive(call, storage, job_id, me.index)
         phase = "run"
         notice.install()  # SIGTERM (preemption, cancel, deadline): checkpoint, then stop
         value = call["fn"](*args, **kwargs)
@@ -95,24 +107,59 @@ def run_job(storage_uri: str, job_id: str) -> int:
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)
         if notice.preempted():  # stopped from outside: no result, the backend says why
-            if worker == 0:
-                outputs.finish(storage_uri, job_id)  # but the checkpoint reaches storage
+            outputs.finish(storage_uri, job_id, me.index)  # but the checkpoint reaches storage
             return notice.EXIT_CODE
+        if me.count > 1:
+            name_worker(exc, me.index)
         body = failure_body(exc, phase=phase, traceback_text=tb)
-        if worker:  # the first failing worker decides FAILED: say which one
-            body["worker"] = worker
-            body["exc_message"] = f"worker {worker}: {body.get('exc_message', '')}"
         body["reason"] = versions.reason_of(exc)
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         body["exit_code"] = code if 0 < code < 256 else 1
-    if worker and body["success"]:  # only worker 0's value is the result
-        log_capture.sync()
-        return 0
-    if worker == 0:
-        outputs.finish(storage_uri, job_id)  # in storage before the state can read terminal
+        if me.count > 1:
+            body["worker"] = me.index
+            body["exc_message"] = f"worker {me.index}: {body['exc_message']}"
+    outputs.finish(storage_uri, job_id, me.index)  # in storage before the state can read terminal
     log_capture.sync()  # so is the job's log
+    if body["success"] and not me.is_coordinator:  # only worker 0's value is the result
+        write_record(storage, job_id, finished_record(me.index), event="finished", success=True)
+        return 0
     _store(storage, job_id, body, signing_key)
     return 0 if body["success"] else int(body.get("exit_code") or 1)
+
+
+def started_record(worker: int) -> str:
+    """Worker ``worker``'s started record: ``started.json`` for worker 0 (a single-host
+    job's), ``started-worker-{k}.json`` for the others (each worker's one-run fence)."""
+    return layout.STARTED if worker == 0 else f"started-worker-{worker}.json"
+
+
+def finished_record(worker: int) -> str:
+    return layout.FINISHED if worker == 0 else f"finished-worker-{worker}.json"
+
+
+#: The note a multi-host job's failure carries: ``failures.failed_worker`` reads it back.
+WORKER_NOTE = "kinetic: raised on worker {}"
+
+
+def name_worker(exc: BaseException, index: int) -> None:
+    """Say on the exception which worker raised it (a note, and ``kinetic_worker``), before
+    it is pickled into the result: ``result()`` re-raises it with that note."""
+    with contextlib.suppress(Exception):  # an exception that refuses attributes: the note
+        exc.add_note(WORKER_NOTE.format(index))
+        exc.kinetic_worker = index  # type: ignore[attr-defined]
+
+
+def _framework_env(me: workers.Worker, handle: dict[str, Any] | None) -> None:
+    """The variables JAX, libtpu and PyTorch read (``workers.framework_env``), where not
+    set already (GKE's TPU webhook sets its own). A single-host job's env is left as is."""
+    if me.count == 1:
+        return
+    port_text = me.coordinator.rpartition(":")[2]
+    port = int(port_text) if port_text.isdigit() else workers.DEFAULT_COORDINATOR_PORT
+    accelerator = str(((handle or {}).get("target") or {}).get("accelerator") or "")
+    kind: Any = next((k for k in ("tpu", "gpu") if accelerator.startswith(k)), "cpu")
+    for name, value in workers.framework_env(me.index, me.count, me.hostnames, port, kind).items():
+        os.environ.setdefault(name, value)
 
 
 def _other_attempt(storage: Storage, job_id: str, handle: dict[str, Any] | None) -> str | None:
@@ -129,25 +176,16 @@ def _other_attempt(storage: Storage, job_id: str, handle: dict[str, Any] | None)
     return None
 
 
-def _worker_index() -> int:
-    """This worker's index in a multi-host job (0 for a single-host one).
-
-    Minimal per-worker fence of issue 19 (slice-backend), until the per-worker runner
-    lands: each worker writes its own started record, only worker 0 stores a success, any
-    worker stores a failure (create-only: the first failing worker wins)."""
-    raw = os.environ.get("KINETIC_WORKER_INDEX", "0")
-    return int(raw) if raw.isdigit() else 0
-
-
-def _refuse_second_run(storage: Storage, job_id: str, started: str = layout.STARTED) -> int:
+def _refuse_second_run(storage: Storage, job_id: str, worker: int = 0) -> int:
     """The job's function already started once: this process is a replacement (a deleted or
     evicted pod that Kubernetes restarted, say). A job id means one execution, so nothing
     runs. Nothing is decided either: the first run may still be alive (a pod deleted
     gracefully runs until its grace period ends); the backend reads this refusal as no end
     of the job, which ends as the first run does (``Lost`` if it stored nothing)."""
-    first = read_json(storage, layout.job_file(job_id, started)) or {}
+    first = read_json(storage, layout.job_file(job_id, started_record(worker))) or {}
+    who = f"job {job_id}" + (f" worker {worker}" if worker else "")
     print(
-        f"kinetic: job {job_id}: its function started once already (on {first.get('host', '?')}, "
+        f"kinetic: {who}: its function started once already (on {first.get('host', '?')}, "
         f"pid {first.get('pid', '?')}); a job id means one run, so this process (a replacement "
         "of a deleted, evicted or lost one) refused to run the function more than once",
         file=sys.stderr,
@@ -155,14 +193,16 @@ def _refuse_second_run(storage: Storage, job_id: str, started: str = layout.STAR
     return REFUSED_EXIT_CODE
 
 
-def _arrive(call: dict[str, Any], storage: Storage, job_id: str) -> tuple[Any, Any]:
+def _arrive(
+    call: dict[str, Any], storage: Storage, job_id: str, worker: int = 0
+) -> tuple[Any, Any]:
     """The call's arguments with every Data as a local path; volumes in place."""
     args, kwargs, volumes = call.get("args", ()), call.get("kwargs", {}), call.get("volumes")
     if not call.get("has_data"):  # set by the submitter: no import cost for most jobs
         return args, kwargs
     from kinetic_core.data import DataRef, materialize, transform
 
-    scratch = os.path.join(outputs.local_root(job_id), "data")
+    scratch = os.path.join(outputs.local_root(job_id, worker), "data")
     for path, ref in (volumes or {}).items():
         if not os.path.ismount(path):  # a GCS FUSE mount is already there
             materialize(ref, storage, scratch, dest=path)
@@ -209,7 +249,7 @@ def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str
         "exit_code": 0 if body["success"] else int(body.get("exit_code") or 1),
     }
     if not body["success"]:
-        summary["error"] = f"{body['exc_type'].rsplit('.', 1)[-1]}: {body['exc_message']}"[:500]
+        summary["error"] = _error_line(body)
     status, reason = (
         ("SUCCEEDED", None) if body["success"] else ("FAILED", body.get("reason", "Error"))
     )
@@ -228,6 +268,15 @@ def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str
             file=sys.stderr,
         )
     write_record(storage, job_id, layout.FINISHED, event="finished", **summary)
+
+
+def _error_line(body: dict[str, Any]) -> str:
+    """``Type: message`` of a failure, led by ``worker k: `` in a multi-host job's."""
+    kind, message = body["exc_type"].rsplit(".", 1)[-1], body["exc_message"]
+    if body.get("worker") is None:
+        return f"{kind}: {message}"[:500]
+    lead = f"worker {body['worker']}: "
+    return f"{lead}{kind}: {message.removeprefix(lead)}"[:500]
 
 
 USAGE = "usage: python -m kinetic_core.runner --storage URI --job-id ID"

@@ -89,13 +89,17 @@ class Backend(Protocol):
     def poll(self, job_ids: list[str]) -> dict[str, BackendState]:
         """State of many jobs in one bulk call (one scan / one LIST)."""
 
-    def logs(self, job_id: str, tail: int | None = None) -> str:
-        """The job's output, or its last ``tail`` lines."""
+    def logs(self, job_id: str, tail: int | None = None, worker: int | None = None) -> str:
+        """The job's output, or its last ``tail`` lines. ``worker``: one worker's of a
+        multi-host job (only asked of a backend that runs those; None: the job's one log)."""
 
-    def read_logs(self, job_id: str, cursor: str | None) -> tuple[str, str | None]:
+    def read_logs(
+        self, job_id: str, cursor: str | None, worker: int | None = None
+    ) -> tuple[str, str | None]:
         """Output produced after ``cursor`` (None: from the start) and the next cursor.
 
         Reads a bounded chunk per call so following a huge log uses bounded memory.
+        ``worker`` as in ``logs``.
         """
 
     def cancel(self, job_id: str) -> None:

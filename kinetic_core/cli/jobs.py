@@ -103,18 +103,31 @@ def history(ctx: click.Context, job_id: str, as_json: bool) -> int:
 @click.option("--tail", type=click.IntRange(min=0), metavar="N", help="Only the last N lines.")
 @click.option("--follow", "-f", is_flag=True, help="Stream lines until the job ends.")
 @click.option("--json", "as_json", is_flag=True, help="JSON (one object per line with --follow).")
+@click.option(
+    "--worker",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Only worker N's output (a multi-host job; without it every worker's, prefixed [wN]).",
+)
 @click.pass_context
-def logs(ctx: click.Context, job_id: str, tail: int | None, follow: bool, as_json: bool) -> int:
+def logs(
+    ctx: click.Context,
+    job_id: str,
+    tail: int | None,
+    follow: bool,
+    as_json: bool,
+    worker: int | None,
+) -> int:
     """A job's output. With --follow: exit 1 if the job failed or was cancelled."""
     handle = kc.attach(job_id, target=target_of(ctx))
     if not follow:
-        text = handle.logs(tail=tail)
+        text = handle.logs(tail=tail, worker=worker)
         if as_json:
             render.emit_json({"job_id": handle.job_id, "lines": text.splitlines()})
         else:
             click.echo(text, nl=False)
         return DONE
-    for line in handle.follow_logs():
+    for line in handle.follow_logs(worker=worker):
         click.echo(render.json_line(handle.job_id, line) if as_json else line)
     state = handle.state()
     detail = ": ".join(x for x in (state.reason, state.message) if x)

@@ -39,6 +39,7 @@ def defer_to_trigger(
     *,
     timeout: timedelta | None,
     stream_logs: bool = False,
+    log_workers: int | str = 0,
 ) -> NoReturn:
     """Defer ``task`` until ``work`` (a job or a batch) is terminal; resume in ``execute_complete``."""
     trigger: KineticJobTrigger | KineticBatchTrigger
@@ -56,6 +57,7 @@ def defer_to_trigger(
             kinetic_conn_id=task.kinetic_conn_id,
             poll_interval=task.poll_interval,
             stream_logs=stream_logs,
+            log_workers=log_workers,
             cancel_on_kill=task.cancel_on_kill,
         )
     task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)

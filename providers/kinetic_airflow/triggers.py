@@ -42,6 +42,8 @@ class KineticJobTrigger(BaseTrigger):
     :param stream_logs: copy new job log text into the task log while waiting.
     :param log_cursor: where streaming starts (``None``: from the beginning).
     :param cancel_on_kill: cancel the job when a user kills the deferred task.
+    :param log_workers: a multi-host job's worker whose log is streamed (default 0), or
+        ``"all"`` (every worker's lines, prefixed ``[w3] ``).
     """
 
     def __init__(
@@ -52,9 +54,11 @@ class KineticJobTrigger(BaseTrigger):
         stream_logs: bool = True,
         log_cursor: str | None = None,
         cancel_on_kill: bool = True,
+        log_workers: int | str = 0,
     ) -> None:
         super().__init__()
         self.handle_json = handle
+        self.log_workers = log_workers
         self.kinetic_conn_id = kinetic_conn_id
         self.poll_interval = float(poll_interval)
         self.stream_logs = stream_logs
@@ -71,6 +75,7 @@ class KineticJobTrigger(BaseTrigger):
                 "stream_logs": self.stream_logs,
                 "log_cursor": self.log_cursor,
                 "cancel_on_kill": self.cancel_on_kill,
+                "log_workers": self.log_workers,
             },
         )
 
@@ -90,7 +95,11 @@ class KineticJobTrigger(BaseTrigger):
             if self.kinetic_conn_id:  # a kubeconfig given as content is known in this process
                 await KineticHook(self.kinetic_conn_id).aget_target()
             if self.stream_logs:
-                stream = handle.afollow_logs(cursor=self.log_cursor, interval=self.poll_interval)
+                stream = handle.afollow_logs(
+                    cursor=self.log_cursor,
+                    interval=self.poll_interval,
+                    worker=kc.log_workers_option(self.log_workers),
+                )
                 async for line in stream:
                     self.log.info("[%s] %s", handle.job_id, line)
                 self.log_cursor = stream.cursor

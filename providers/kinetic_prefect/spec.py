@@ -25,6 +25,7 @@ class JobSpec:
     job_name: str
     job_tags: dict[str, str]
     keep_result: bool
+    log_worker: int | None = 0  # a multi-host job's worker whose log is shown; None: all
 
 
 def check_callable(fn: Any) -> None:

@@ -36,16 +36,24 @@ _log = logging.getLogger("kinetic_prefect")
 
 
 async def follow_job(
-    handle: kc.JobHandle, logger: Any, *, log_interval: float, flow_run_id: UUID | None
+    handle: kc.JobHandle,
+    logger: Any,
+    *,
+    log_interval: float,
+    flow_run_id: UUID | None,
+    worker: int | None = 0,
 ) -> kc.JobState | None:
     """Wait until the job is terminal, forwarding its log lines to ``logger`` every
-    ``log_interval`` seconds (the core's shared poller does the waiting). Returns None if
-    the flow run is being cancelled while the job runs."""
+    ``log_interval`` seconds (the core's shared poller does the waiting): a multi-host
+    job's ``worker`` (None: every worker's, prefixed). Returns None if the flow run is
+    being cancelled while the job runs."""
 
     async def cancelling() -> bool:
         return flow_run_id is not None and await flow_run_cancelling(flow_run_id, log_interval)
 
-    stream = handle.afollow_logs(interval=log_interval, until=cancelling, best_effort=True)
+    stream = handle.afollow_logs(
+        interval=log_interval, until=cancelling, best_effort=True, worker=worker
+    )
     async for line in stream:
         logger.info("[%s] %s", handle.job_id, line)
     if stream.error is not None:
@@ -111,7 +119,11 @@ async def run_job(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     try:
         with kc.cancel_on_termination(handle, enabled=spec.cancel_on_cancel):
             state = await follow_job(
-                handle, logger, log_interval=spec.log_interval, flow_run_id=flow_run_id
+                handle,
+                logger,
+                log_interval=spec.log_interval,
+                flow_run_id=flow_run_id,
+                worker=spec.log_worker,
             )
     except BaseException as exc:
         # Cancellation (flow run cancelled, task timeout, termination signal) ends the
@@ -184,6 +196,7 @@ def kinetic_task(
     job_name: str | None = None,
     job_tags: dict[str, str] | None = None,
     keep_result: bool = True,
+    log_workers: int | str = 0,
     **options: Any,
 ) -> Any:
     """Decorator: ``@kinetic_task`` or ``@kinetic_task(accelerator=..., retries=2, config=...)``.
@@ -197,8 +210,11 @@ def kinetic_task(
     ``keep_result=True`` keeps the succeeded job's result envelope in storage so a
     flow-run retry reuses it instead of running the job again; backend resources are
     freed either way. ``cancel_on_cancel`` cancels the remote job when the task run is
-    cancelled or times out.
+    cancelled or times out. ``log_workers``: whose log a multi-host job shows in the run
+    log, a worker index (default 0, the coordinator) or ``"all"`` (every worker's lines,
+    prefixed ``[w3] ``).
     """
+    log_worker = kc.log_workers_option(log_workers)
     target_fields = {k: options.pop(k) for k in list(options) if k in TARGET_FIELDS}
     overrides = kc.Target.coerce(target).merge(kc.Target.from_dict(target_fields))
     overrides.validate()
@@ -222,6 +238,7 @@ def kinetic_task(
             job_name=job_name or getattr(f, "__qualname__", None) or "job",
             job_tags=dict(job_tags or {}),
             keep_result=bool(keep_result),
+            log_worker=log_worker,
         )
         task_options = dict(options)
         task_options.setdefault("name", getattr(f, "__name__", None))

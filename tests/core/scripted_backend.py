@@ -50,10 +50,12 @@ class ScriptedBackend:
     def poll(self, job_ids: list[str]) -> dict[str, BackendState]:
         return {j: self.phases.get(j, BackendState("not_found")) for j in job_ids}
 
-    def logs(self, job_id: str, tail: int | None = None) -> str:
+    def logs(self, job_id: str, tail: int | None = None, worker: int | None = None) -> str:
         return ""
 
-    def read_logs(self, job_id: str, cursor: str | None) -> tuple[str, str | None]:
+    def read_logs(
+        self, job_id: str, cursor: str | None, worker: int | None = None
+    ) -> tuple[str, str | None]:
         return "", cursor
 
     def cancel(self, job_id: str) -> None:

@@ -15,8 +15,8 @@ import logging
 import time
 from typing import Any
 
+import kinetic_core.backends.kubernetes.jobset as js
 from kinetic_core.backends import BackendState, LaunchSpec
-from kinetic_core.backends.kubernetes import jobset as js
 from kinetic_core.backends.kubernetes.client import KubeApiError, KubeClient
 from kinetic_core.backends.kubernetes.manifest import (
     job_manifest,
@@ -35,6 +35,8 @@ from kinetic_core.storage import open_storage
 
 log = logging.getLogger(__name__)
 
+#: The label JobSet puts on each worker's pod: its index (pods of one multi-host job).
+WORKER_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 LOG_CHUNK_LINES = POD_LINES  # lines per read_logs chunk from a pod (a public name)
 
 # The tag of a batch driver job (``batch/stager.py``): it reaches the API in-cluster.
@@ -313,15 +315,20 @@ class KubernetesBackend:
         time.sleep(timeout)
 
     # ---- logs ---------------------------------------------------------------------------
-    def _job_log(self, job_id: str) -> JobLog:
-        """The job's log: its pod while that exists, then what its runner kept in storage."""
+    def _job_log(self, job_id: str, worker: int | None = None) -> JobLog:
+        """The job's (worker's) log: its pod while that exists, then what its runner kept
+        in storage. ``worker`` of a multi-host job: the pod of that JobSet index."""
+        selector = f"kinetic/job-id={job_id}"
+        if worker is not None:
+            selector += f",{WORKER_INDEX_LABEL}={int(worker)}"
         return JobLog(
             open_storage(self.storage_uri),
             job_id,
             pods=lambda: self.client.call(
-                "GET", self.client.ns("pods"), query={"labelSelector": f"kinetic/job-id={job_id}"}
+                "GET", self.client.ns("pods"), query={"labelSelector": selector}
             )["items"],
             pod_log=self._pod_log,
+            worker=worker or 0,
         )
 
     def _pod_log(self, pod: str, **query: Any) -> str | None:
@@ -343,12 +350,14 @@ class KubernetesBackend:
                 return None
             raise
 
-    def logs(self, job_id: str, tail: int | None = None) -> str:
-        return self._job_log(job_id).text(tail)
+    def logs(self, job_id: str, tail: int | None = None, worker: int | None = None) -> str:
+        return self._job_log(job_id, worker).text(tail)
 
-    def read_logs(self, job_id: str, cursor: str | None) -> tuple[str, str | None]:
+    def read_logs(
+        self, job_id: str, cursor: str | None, worker: int | None = None
+    ) -> tuple[str, str | None]:
         """New output since ``cursor``: one cursor across the pod and storage (pod_logs.py)."""
-        return self._job_log(job_id).read(cursor)
+        return self._job_log(job_id, worker).read(cursor)
 
     # ---- stop ---------------------------------------------------------------------------
     def _stop_requests(self, job_id: str) -> list[tuple[str, str, dict[str, Any]]]:

@@ -13,6 +13,10 @@ Storage is read instead of the pod when the pod is gone, once the runner ended t
 reader starts on a stream longer than one chunk: a real kubelet rotates container logs (10 MiB on GKE) and
 its log API returns only the current file, so a long pod log may be incomplete.
 
+A multi-host job has one such log per worker (``worker``): worker k's pod carries the
+label ``jobset.sigs.k8s.io/job-index=k`` and its stream is ``jobs/{id}/logs/worker-{k}/``;
+``worker=None`` is a single-host job's one pod (stream worker 0).
+
 Cursors: ``pod|{stamp}|{count}|{offset}|{started_ns}`` and ``storage|{offset}|{chunk}``;
 a cursor of older versions (``{stamp}|{count}``) reads as a pod cursor at offset 0.
 """
@@ -99,18 +103,20 @@ class JobLog:
         job_id: str,
         pods: Callable[[], list[dict[str, Any]]],
         pod_log: PodLog,
+        worker: int = 0,
     ) -> None:
         self.storage = storage
         self.job_id = job_id
+        self.worker = worker
         self._pods = pods
         self._pod_log = pod_log
 
     def text(self, tail: int | None = None) -> str:
         """The whole log, or its last ``tail`` lines."""
-        meta = read_meta(self.storage, self.job_id)
+        meta = read_meta(self.storage, self.job_id, self.worker)
         pod = runner_pod(self._pods(), meta)
         if meta is not None and (pod is None or _ended(meta) or self._long()):
-            return read_all(self.storage, self.job_id, tail=tail)
+            return read_all(self.storage, self.job_id, worker=self.worker, tail=tail)
         if pod is None:
             return ""
         return self._pod_log(pod, tailLines=tail) or ""
@@ -120,19 +126,19 @@ class JobLog:
         pos = Cursor.parse(cursor)
         if pos.source == "storage":
             return self._from_storage(pos, None)
-        meta = read_meta(self.storage, self.job_id)
+        meta = read_meta(self.storage, self.job_id, self.worker)
         if meta is not None and (_ended(meta) or (not cursor and self._long())):
             return self._from_storage(pos, meta)  # complete (or the pod's may be rotated)
         text = self._read_pod(pos, meta)
         if text is not None:
             return text, str(pos) if text or cursor else cursor
-        if pos.started_ns or meta is not None or read_meta(self.storage, self.job_id):
+        if pos.started_ns or meta is not None or read_meta(self.storage, self.job_id, self.worker):
             return self._from_storage(pos, meta)  # the pod is gone: storage goes on
         return "", cursor  # nothing kept yet, and no pod (not started, or never kept)
 
     def _long(self) -> bool:
         """More than one chunk: the pod's log may have been rotated."""
-        return self.storage.exists(layout.log_chunk(self.job_id, 1))
+        return self.storage.exists(layout.log_chunk(self.job_id, 1, self.worker))
 
     def _read_pod(self, pos: Cursor, meta: dict[str, Any] | None) -> str | None:
         """Lines after ``pos`` from the runner's pod (``pos`` advanced), or None when the
@@ -146,15 +152,17 @@ class JobLog:
         if text is None:
             return None
         if not pos.started_ns:  # read after the log: a stream begun since has no line in it
-            known = known or read_meta(self.storage, self.job_id)
+            known = known or read_meta(self.storage, self.job_id, self.worker)
             pos.started_ns = int((known or {}).get("started_ns") or 0)
         return "".join(f"{line}\n" for line in _advance(pos, text))
 
     def _from_storage(self, pos: Cursor, meta: dict[str, Any] | None) -> tuple[str, str | None]:
         if pos.source != "storage":
-            meta = meta or read_meta(self.storage, self.job_id)
+            meta = meta or read_meta(self.storage, self.job_id, self.worker)
             pos = Cursor("storage", offset=pos.offset, chunk=chunk_size(meta))
-        data, pos.offset = read_at(self.storage, self.job_id, pos.offset, chunk_bytes=pos.chunk)
+        data, pos.offset = read_at(
+            self.storage, self.job_id, pos.offset, chunk_bytes=pos.chunk, worker=self.worker
+        )
         return data.decode("utf-8", "replace"), str(pos)
 
 

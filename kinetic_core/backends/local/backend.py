@@ -420,13 +420,16 @@ class LocalBackend:
             data = b""
         return io.BytesIO(data)
 
-    def logs(self, job_id: str, tail: int | None = None) -> str:
+    def logs(self, job_id: str, tail: int | None = None, worker: int | None = None) -> str:
+        """The job's log (a local job is one worker: ``worker`` is None or 0)."""
         with self._open_log(job_id) as fh:
             if tail is None:
                 return fh.read().decode("utf-8", "replace")
             return _tail(fh, tail)
 
-    def read_logs(self, job_id: str, cursor: str | None) -> tuple[str, str | None]:
+    def read_logs(
+        self, job_id: str, cursor: str | None, worker: int | None = None
+    ) -> tuple[str, str | None]:
         offset = int(cursor or 0)
         with self._open_log(job_id) as fh:
             data = _read_chunk(fh, offset)

@@ -43,6 +43,8 @@ class KineticOperator(KineticBaseOperator):
     :param poll_interval: steady-state seconds between status polls / log reads.
     :param cancel_on_kill: cancel the job when the task is killed, cleared, marked or times out.
     :param stream_logs: copy the job's log into the task log while waiting.
+    :param log_workers: whose log a multi-host job streams: a worker index (default 0,
+        the coordinator) or ``"all"`` (every worker's lines, prefixed ``[w3] ``).
     :param result: ``"value"`` or ``"reference"``.
     """
 
@@ -57,6 +59,7 @@ class KineticOperator(KineticBaseOperator):
         op_args: Collection[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
         stream_logs: bool = True,
+        log_workers: int | str = 0,
         result: str = "value",
         **kwargs: Any,
     ) -> None:
@@ -68,11 +71,13 @@ class KineticOperator(KineticBaseOperator):
             )
         if result not in RESULT_MODES:
             raise ValueError(f"result must be one of {RESULT_MODES}, got {result!r}.")
+        kc.log_workers_option(log_workers)  # ConfigError at parse time, not in the triggerer
         super().__init__(**kwargs)
         self.python_callable = python_callable
         self.op_args = list(op_args or [])
         self.op_kwargs = dict(op_kwargs or {})
         self.stream_logs = stream_logs
+        self.log_workers = log_workers
         self.result = result
         self._handle: kc.JobHandle | None = None
 
@@ -123,10 +128,14 @@ class KineticOperator(KineticBaseOperator):
         handle = self.submit(context, target)
         if self.deferrable:
             defer_to_trigger(
-                self, handle, timeout=self.defer_timeout(context), stream_logs=self.stream_logs
+                self,
+                handle,
+                timeout=self.defer_timeout(context),
+                stream_logs=self.stream_logs,
+                log_workers=self.log_workers,
             )
         if self.stream_logs:
-            for line in handle.follow_logs():
+            for line in handle.follow_logs(worker=kc.log_workers_option(self.log_workers)):
                 self.log.info("[%s] %s", handle.job_id, line)
         handle.wait()  # execution_timeout interrupts this; on_kill then cancels the job
         return self.collect(context, handle)
