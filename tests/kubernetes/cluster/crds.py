@@ -439,7 +439,8 @@ def install(api: Callable[..., Any], timeout: float = 60) -> list[str]:
     pending = list(names)
     while pending:
         got = api("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{pending[0]}")
-        conditions = got.get("status", {}).get("conditions", [])
+        # A CRD just created may answer ``conditions: null`` before its controller looks.
+        conditions = (got.get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
             pending.pop(0)
             continue
