@@ -39,6 +39,7 @@ import signal
 import stat
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from kinetic_core.log_chunks import ChunkWriter
@@ -52,6 +53,9 @@ FLUSH_SECONDS = 3.0
 SYNC_SECONDS = 10.0
 END_SECONDS = 10.0
 READ_BYTES = 1 << 16
+#: After a short read the pump waits this long before the next, so a job printing line by
+#: line is forwarded in blocks (on 2 cores, per-write wakeups slowed a 10 MB/s job ~15%).
+GATHER_SECONDS = 0.005
 PIPE_BYTES = 1 << 20
 _F_SETPIPE_SZ = 1031  # Linux fcntl
 
@@ -151,6 +155,8 @@ def pump(writer: ChunkWriter, data_fd: int, out_fd: int, ctl_fd: int, ack_fd: in
             out_ok = _forward(out_fd, data, writer, out_ok)
             if writer.pending():
                 wake.set()
+            if len(data) < READ_BYTES:  # let the job's writes gather: fewer wakeups, the
+                time.sleep(GATHER_SECONDS)  # job keeps its core (a full read: no pause)
     stopping.set()
     wake.set()
     uploader.join()
