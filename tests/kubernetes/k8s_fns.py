@@ -45,10 +45,7 @@ def checkpointed(workdir: str, steps: int = 10) -> dict[str, object]:
 
     job_id = os.environ["KINETIC_JOB_ID"]
     checkpoint = os.path.join(workdir, "checkpoint")
-    start = 0
-    if os.path.exists(checkpoint):
-        with open(checkpoint) as fh:
-            start = int(fh.read())
+    start = _resume_point(checkpoint)
     with open(os.path.join(workdir, "starts"), "a") as fh:
         fh.write(f"{job_id} {start}\n")
 
@@ -57,14 +54,7 @@ def checkpointed(workdir: str, steps: int = 10) -> dict[str, object]:
         with open(os.path.join(workdir, "notice"), "w") as fh:
             fh.write(f"{job_id} saved on SIGTERM, preempted={kc.preempted()}")
 
-    for step in range(start, steps):
-        with open(checkpoint + ".tmp", "w") as fh:
-            fh.write(str(step + 1))
-        os.replace(checkpoint + ".tmp", checkpoint)
-        if start == 0 and step + 1 == steps // 2:
-            with open(os.path.join(workdir, "halfway"), "w") as fh:
-                fh.write(job_id)
-            time.sleep(600)  # until the node goes
+    _steps(checkpoint, start, steps, os.path.join(workdir, "halfway"), job_id)
     with open(os.path.join(workdir, "completions"), "a") as fh:
         fh.write(f"{job_id}\n")
     return {"resumed_from": start, "job_id": job_id}
@@ -172,20 +162,10 @@ def resumable_in_outputs(workdir: str, steps: int = 10) -> dict[str, object]:
     its node to go."""
     job_id = os.environ["KINETIC_JOB_ID"]
     checkpoint = os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "checkpoint")
-    start = 0
-    if os.path.exists(checkpoint):
-        with open(checkpoint) as fh:
-            start = int(fh.read())
+    start = _resume_point(checkpoint)
     with open(os.path.join(workdir, "starts"), "a") as fh:
         fh.write(f"{job_id} {start}\n")
-    for step in range(start, steps):
-        with open(checkpoint + ".tmp", "w") as fh:
-            fh.write(str(step + 1))
-        os.replace(checkpoint + ".tmp", checkpoint)
-        if start == 0 and step + 1 == steps // 2:
-            with open(os.path.join(workdir, "halfway"), "w") as fh:
-                fh.write(job_id)
-            time.sleep(600)  # until its node goes
+    _steps(checkpoint, start, steps, os.path.join(workdir, "halfway"), job_id)
     return {"resumed_from": start, "job_id": job_id}
 
 
@@ -277,10 +257,7 @@ def slice_resumable(workdir: str, steps: int = 10) -> dict[str, object]:
             time.sleep(600)  # until the slice is reclaimed
         return {"worker": me.index}
     checkpoint = os.path.join(os.environ["KINETIC_OUTPUT_DIR"], "checkpoint")
-    start = 0
-    if os.path.exists(checkpoint):
-        with open(checkpoint) as fh:
-            start = int(fh.read())
+    start = _resume_point(checkpoint)
     with open(os.path.join(workdir, "starts"), "a") as fh:
         fh.write(f"{job_id} 0 {start}\n")
     deadline = time.time() + 120  # a rendezvous, as jax.distributed.initialize() is
@@ -294,6 +271,18 @@ def slice_resumable(workdir: str, steps: int = 10) -> dict[str, object]:
         ):
             break
         time.sleep(0.2)
+    _steps(checkpoint, start, steps, halfway, job_id)
+    return {"resumed_from": start, "job_id": job_id}
+
+
+def _resume_point(checkpoint: str) -> int:
+    """The step an earlier run checkpointed (0 for a first run)."""
+    return int(_read(checkpoint)) if os.path.exists(checkpoint) else 0
+
+
+def _steps(checkpoint: str, start: int, steps: int, halfway: str, job_id: str) -> None:
+    """Checkpoint each step; a first run (from 0) writes ``halfway`` at half-way and then
+    waits to be disrupted (its node reclaimed, its pod deleted)."""
     for step in range(start, steps):
         with open(checkpoint + ".tmp", "w") as fh:
             fh.write(str(step + 1))
@@ -301,8 +290,7 @@ def slice_resumable(workdir: str, steps: int = 10) -> dict[str, object]:
         if start == 0 and step + 1 == steps // 2:
             with open(halfway, "w") as fh:
                 fh.write(job_id)
-            time.sleep(600)  # until the slice is reclaimed
-    return {"resumed_from": start, "job_id": job_id}
+            time.sleep(600)  # until the disruption ends this process
 
 
 def _read(path: str) -> str:
