@@ -32,8 +32,6 @@ def _field(option: TargetOption) -> dict[str, Any]:
     schema = option.json_schema()
     if option.name == "backend":
         schema["enum"] = [None, *kc.BACKENDS]
-        # The dropdown's label of each value (without it, an unset backend reads "null").
-        schema["values_display"] = {"null": "default: $KINETIC_BACKEND, else local"}
     example = option.example if isinstance(option.example, str) else json.dumps(option.example)
     return {
         "label": option.name.replace("_", " ").capitalize(),

@@ -111,14 +111,3 @@ def test_every_option_round_trips_through_a_connection_into_the_submitted_job(
         75,
         143,
     ]
-
-
-def test_the_backend_choice_left_unset_reads_as_the_default_not_null() -> None:
-    """Airflow's dropdown labels each enum value with ``values_display`` (else its JSON:
-    an unset backend showed ``null``, seen in a browser on 3.3)."""
-    fields = kinetic_form_fields()
-    if not form_reads_provider_info():
-        fields = get_provider_info()["connection-types"][0]["conn-fields"]
-    schema = fields["backend"]["schema"]
-    assert None in schema["enum"]
-    assert "local" in schema["values_display"]["null"]
