@@ -297,22 +297,22 @@ def kueue_object(kind: str, name: str, spec: dict[str, Any], **extra: Any) -> di
     }
 
 
-def test_queued_jobset_waits_for_quota_then_runs(
-    k8s_cluster: TestCluster, custom: client.CustomObjectsApi, core: client.CoreV1Api
-) -> None:
-    flavor, cq, lq, name = fresh("v5e"), fresh("cq"), fresh("lq"), fresh("queued")
+def create_queue(
+    custom: client.CustomObjectsApi, flavor: str, cq: str, lq: str, chips: int
+) -> dict[str, Any]:
+    """A ResourceFlavor of the slice, a ClusterQueue of ``chips`` TPU chips on it and a
+    LocalQueue pointing there; returns the ClusterQueue's spec."""
     custom.create_cluster_custom_object(
         *KUEUE,
         "resourceflavors",
         kueue_object("ResourceFlavor", flavor, {"nodeLabels": SLICE_SELECTOR}),
     )
+    tpu = [{"name": "google.com/tpu", "nominalQuota": chips}]
     quota = {
         "resourceGroups": [
             {
                 "coveredResources": ["google.com/tpu"],
-                "flavors": [
-                    {"name": flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 8}]}
-                ],
+                "flavors": [{"name": flavor, "resources": tpu}],
             }
         ]
     }
@@ -322,6 +322,14 @@ def test_queued_jobset_waits_for_quota_then_runs(
     custom.create_namespaced_custom_object(
         *KUEUE, NS, "localqueues", kueue_object("LocalQueue", lq, {"clusterQueue": cq})
     )
+    return quota
+
+
+def test_queued_jobset_waits_for_quota_then_runs(
+    k8s_cluster: TestCluster, custom: client.CustomObjectsApi, core: client.CoreV1Api
+) -> None:
+    flavor, cq, lq, name = fresh("v5e"), fresh("cq"), fresh("lq"), fresh("queued")
+    quota = create_queue(custom, flavor, cq, lq, chips=8)
     custom.create_cluster_custom_object(
         *KUEUE, "workloadpriorityclasses",
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
@@ -415,27 +423,7 @@ def test_finished_workload_releases_its_quota_to_the_next(
 ) -> None:
     flavor, cq, lq = fresh("v5e"), fresh("cq"), fresh("lq")
     first, second = fresh("first"), fresh("second")
-    custom.create_cluster_custom_object(
-        *KUEUE,
-        "resourceflavors",
-        kueue_object("ResourceFlavor", flavor, {"nodeLabels": SLICE_SELECTOR}),
-    )
-    quota = {
-        "resourceGroups": [
-            {
-                "coveredResources": ["google.com/tpu"],
-                "flavors": [
-                    {"name": flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 16}]}
-                ],
-            }
-        ]
-    }
-    custom.create_cluster_custom_object(
-        *KUEUE, "clusterqueues", kueue_object("ClusterQueue", cq, quota)
-    )
-    custom.create_namespaced_custom_object(
-        *KUEUE, NS, "localqueues", kueue_object("LocalQueue", lq, {"clusterQueue": cq})
-    )
+    create_queue(custom, flavor, cq, lq, chips=16)
     queued = {"kueue.x-k8s.io/queue-name": lq}
     release = tmp_path / "release"  # pods are local processes: the first runs until told
     script = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.2)"
