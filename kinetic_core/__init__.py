@@ -53,6 +53,9 @@ _EXPORTS = {
     "preempted": "kinetic_core.notice",
     "on_preemption": "kinetic_core.notice",
     "Transition": "kinetic_core.history",
+    "register_hooks": "kinetic_core.hooks",
+    "unregister_hooks": "kinetic_core.hooks",
+    "SubmitSpec": "kinetic_core.hooks",
     "Data": "kinetic_core.data",
     "find_data": "kinetic_core.data",
     "sync_outputs": "kinetic_core.outputs",
@@ -66,6 +69,7 @@ _EXPORTS = {
             "InvalidIdError",
             "PermissionDenied",
             "SubmissionError",
+            "SubmissionRefused",
             "SerializationError",
             "StorageError",
             "BackendError",
@@ -136,10 +140,12 @@ if TYPE_CHECKING:
         SerializationError,
         StorageError,
         SubmissionError,
+        SubmissionRefused,
         WaitTimeout,
     )
     from kinetic_core.failures import describe_batch_failure, describe_failure, failure_of
     from kinetic_core.history import Transition
+    from kinetic_core.hooks import SubmitSpec, register_hooks, unregister_hooks
     from kinetic_core.ids import validate_id
     from kinetic_core.jobs import JobHandle, attach, list_jobs
     from kinetic_core.links import LINK_KINDS, job_links

@@ -57,6 +57,22 @@ class SubmissionError(KineticError):
     """A job could not be submitted; nothing was left behind."""
 
 
+class SubmissionRefused(SubmissionError):
+    """A hook's ``on_job_submitting`` refused the submission (returned False or raised);
+    ``hook`` names it and the message says why. Nothing was written."""
+
+    def __init__(self, message: str, *, hook: str = "") -> None:
+        super().__init__(message)
+        self.hook = hook
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_submission_refused, (str(self), self.hook))
+
+
+def _submission_refused(message: str, hook: str) -> SubmissionRefused:
+    return SubmissionRefused(message, hook=hook)
+
+
 class SerializationError(SubmissionError):
     """The function or its arguments cannot be pickled."""
 

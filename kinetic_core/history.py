@@ -6,12 +6,17 @@ it during status resolution (ten observers of one transition write it once). A p
 remembers what it has written, so a steady state costs no storage call per poll. The
 terminal entry is the job's ``outcome.json`` (written once anyway), read back here, and a job that ran
 between two polls shows its start from the runner's ``started.json``.
+
+Hooks (see ``hooks``) hang on the same create-only writes: ``history/hook-{event}.json``
+(``started``, ``succeeded``, ``failed``, ``cancelled``) is created by the first observer of
+that event, and only that process fires it: once per transition however many observe.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -20,7 +25,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from kinetic_core import layout
+from kinetic_core import hooks, layout
 from kinetic_core.errors import StorageError
 from kinetic_core.records import read_json, read_outcome
 from kinetic_core.states import JobState, JobStatus, timestamp
@@ -32,6 +37,8 @@ log = logging.getLogger(__name__)
 _SEEN_MAX = 50_000
 _seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 _lock = threading.Lock()
+# Markers in the history folder that say a transition's hooks were fired (not transitions).
+HOOK_PREFIX = "hook-"
 
 
 @dataclass(frozen=True)
@@ -74,11 +81,19 @@ def _remember(key: tuple[str, str, str]) -> bool:
         return True
 
 
-def note(storage: Storage, state: JobState) -> None:
-    """Record ``state`` if it is a transition nobody recorded yet. Terminal states are
-    recorded by the outcome itself. Best effort: read-only storage only logs."""
-    if state.terminal:
-        return
+def note(storage: Storage, state: JobState, job: Any = None) -> None:
+    """Record ``state`` if it is a transition nobody recorded yet (terminal states are
+    recorded by the outcome itself), and fire its hooks once across all observers (``job``:
+    the handle ``state`` is of). Best effort: read-only storage only logs."""
+    if not state.terminal:
+        _record(storage, state)
+    if job is not None and (events := hook_events(state)) and hooks.active():
+        for event in events:
+            if _claim(storage, state, event):
+                hooks.fire(f"on_job_{event}", hooks.public(job))
+
+
+def _record(storage: Storage, state: JobState) -> None:
     name = entry_name(state.status, state.reason)
     if not _remember((storage.uri, state.job_id, name)):
         return
@@ -92,21 +107,55 @@ def note(storage: Storage, state: JobState) -> None:
         "exit_code": state.exit_code,
         "at": at.timestamp() if at else time.time(),
     }
+    _create(storage, state.job_id, name, record)
+
+
+def _create(storage: Storage, job_id: str, name: str, record: dict[str, Any]) -> bool:
+    """Create history entry ``name``; False if it exists (another observer was first) or
+    cannot be written."""
     try:
         storage.write_bytes(
-            layout.history_entry(state.job_id, name), json.dumps(record).encode(), create_only=True
+            layout.history_entry(job_id, name), json.dumps(record).encode(), create_only=True
         )
     except FileExistsError:
-        pass  # another observer saw it first
+        return False
     except (StorageError, OSError) as exc:
-        log.info("kinetic: cannot record the history of %s: %s", state.job_id, exc)
+        log.info("kinetic: cannot record the history of %s: %s", job_id, exc)
+        return False
+    return True
+
+
+def hook_events(state: JobState) -> list[str]:
+    """The hook events ``state`` may imply, in order: ``started`` (a terminal state: if
+    it ran, see ``_claim``), then its end."""
+    if state.status is JobStatus.RUNNING:
+        return ["started"]
+    return ["started", state.status.value.lower()] if state.terminal else []
+
+
+def _claim(storage: Storage, state: JobState, event: str) -> bool:
+    """Create ``history/hook-{event}.json`` once for all observers: True for the one
+    process whose create-only write won, which then fires the hook. At-most-once: a
+    process killed right after its write fires nothing, and nobody else will. A job seen
+    ended without being seen running fires ``started`` if its runner recorded a start
+    (the job ran between two polls)."""
+    name = f"{HOOK_PREFIX}{event}"
+    key = (storage.uri, state.job_id, name)
+    if not _remember(key):
+        return False
+    if event == "started" and state.terminal:
+        started = read_json(storage, layout.job_file(state.job_id, layout.STARTED))
+        if started is None or started.get("job_id") != state.job_id:
+            return False  # it never ran (an ended job does not start later)
+    record = {"job_id": state.job_id, "event": event, "at": time.time(), "pid": os.getpid()}
+    return _create(storage, state.job_id, name, record)
 
 
 def transitions(storage: Storage, job_id: str, attempt: int = 1) -> list[Transition]:
     """The recorded transitions of one attempt, oldest first, with durations."""
     records = []
     for name in storage.list_names(layout.history_dir(job_id)):
-        if name.endswith(".json"):
+        if name.endswith(".json") and not name.startswith(HOOK_PREFIX):
             data = read_json(storage, layout.history_entry(job_id, name[: -len(".json")]))
             if data is not None and data.get("job_id") == job_id:
                 records.append(data)

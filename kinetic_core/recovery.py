@@ -8,7 +8,8 @@ orchestrator retries: whoever resolves the job's status (``wait``, ``result``, t
 poller behind the Airflow trigger and the Prefect task, a batch tracker, the CLI) starts
 attempt n+1 of the job's idempotency key (``recovery:{job_id}`` for a job submitted
 without one). The attempt's create-only ``handle.json`` is the lock, as in submission, so
-ten observers at once create one job. Its call envelope is attempt n's, verified and
+ten observers at once create one job (its creator calls the ``on_job_recovered``
+hook). Its call envelope is attempt n's, verified and
 re-bound to the new id (never unpickled here). ``superseded.json`` of attempt n then
 names its successor, and every handle of attempt n follows it transparently.
 """
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kinetic_core import ids, layout, signing
+from kinetic_core import hooks, ids, layout, signing
 from kinetic_core.backends import Backend, BackendState, get_backend, running
 from kinetic_core.config import Target
 from kinetic_core.errors import BackendError, KineticError
@@ -225,8 +226,9 @@ def _start(storage: Storage, ref: Any, state: JobState) -> Any:
             # idempotent per job id, so launch it (again).
             create_attempt(storage, spec, nxt.record(), write_payload=None)
     write_record(storage, ref.job_id, layout.SUPERSEDED, create_only=True, **record)
-    winner = _recorded(storage, ref)
+    nxt = _recorded(storage, ref) or _next_ref(ref, record)
     if created:
+        hooks.fire("on_job_recovered", hooks.public(ref), hooks.public(nxt))
         log.warning(
             "kinetic: job %s ended %s (%s); recovery %d of %d started as %s",
             ref.job_id,
@@ -236,7 +238,7 @@ def _start(storage: Storage, ref: Any, state: JobState) -> Any:
             max_recoveries(ref.target),
             nxt.job_id,
         )
-    return winner or _next_ref(ref, record)
+    return nxt
 
 
 def _stop_old_attempt(backend: Backend, ref: Any) -> None:

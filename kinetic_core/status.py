@@ -91,7 +91,7 @@ def _resolve_all(refs: list[Any], enforce: bool) -> list[JobState]:
         for i, ref in enumerate(refs)
     ]
     for ref, state in zip(refs, states, strict=True):
-        history.note(open_storage(ref.storage), state)
+        history.note(open_storage(ref.storage), state, ref)
     return states
 
 

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt
 
-from kinetic_core import layout
+from kinetic_core import hooks, layout
 from kinetic_core.config import Target, validate_tags
 from kinetic_core.data import Data, check_volumes, fuse_volumes
 from kinetic_core.data import prepare as prepare_data
@@ -105,7 +105,17 @@ def submit(
     Every ``Data`` in the arguments arrives in the job as a local path; ``volumes`` maps
     absolute paths in the job to ``Data`` (Kubernetes backends; see docs/data.md).
     """
-    plan = prepare(fn, args, kwargs, target=target, name=name, tags=tags, volumes=volumes)
+    plan = prepare(
+        fn,
+        args,
+        kwargs,
+        target=target,
+        name=name,
+        tags=tags,
+        volumes=volumes,
+        announce=True,
+        idempotency_key=idempotency_key,
+    )
     if idempotency_key is None:
         return plan.create(new_id(plan.name), attempt=1, key=None)
     if not isinstance(idempotency_key, str) or not idempotency_key:
@@ -122,13 +132,18 @@ def prepare(
     name: str | None = None,
     tags: dict[str, str] | None = None,
     volumes: dict[str, Data] | None = None,
+    announce: bool = False,
+    idempotency_key: str | None = None,
 ) -> _Submission:
     """Check a call and capture what a job of it needs (env values, by-value modules); its
-    ``Data`` are uploaded (content-addressed: once) and travel as references."""
+    ``Data`` are uploaded (content-addressed: once) and travel as references. ``announce``:
+    ask the ``on_job_submitting`` hooks first (SubmissionRefused: nothing written)."""
     args, kwargs = _check_call(fn, args, kwargs)
     resolved = Target.coerce(target).resolve()
     all_tags = {**(resolved.tags or {}), **validate_tags(tags or {})}
     job_name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+    if announce:
+        hooks.submitting(hooks.SubmitSpec.of(fn, job_name, all_tags, resolved, idempotency_key))
     call = {"fn": fn, "args": args, "kwargs": kwargs, "env": job_env(resolved.env, os.environ)}
     mounts = check_volumes(volumes, str(resolved.backend))
     call = prepare_data(call, mounts, open_storage(resolved.storage or ""))
@@ -214,6 +229,7 @@ class _Submission:
             raise _Raced(job_id) from None
         if key is not None:
             self._record_attempt(key, attempt, job_id)
+        hooks.fire("on_job_submitted", hooks.public(handle))  # a new job: never a reattach
         return handle
 
     def relaunch(self, handle: JobHandle) -> None:
