@@ -32,9 +32,12 @@ import threading
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kinetic_core.errors import ConfigError, SubmissionRefused
+
+if TYPE_CHECKING:
+    from kinetic_core.config import Target
 
 __all__ = ["ENTRY_POINT_GROUP", "HOOKS", "SubmitSpec", "register_hooks", "unregister_hooks"]
 
@@ -71,7 +74,7 @@ class SubmitSpec:
 
     @classmethod
     def of(
-        cls, fn: Any, name: str, tags: dict[str, str], target: Any, key: str | None
+        cls, fn: Any, name: str, tags: dict[str, str], target: Target, key: str | None
     ) -> SubmitSpec:
         qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
         module = getattr(fn, "__module__", None)
