@@ -203,7 +203,7 @@ def _observer_script(job_id: str, folder: Path, ready: Path) -> str:
         from tests.core.hookfns import FileHooks
         kc.register_hooks(FileHooks({str(folder)!r}))
         job = kc.attach({job_id!r})
-        while job.state().status is not kc.JobStatus.RUNNING:
+        while (state := job.state()).status is not kc.JobStatus.RUNNING and not state.terminal:
             time.sleep(0.01)
         open(os.path.join({str(ready)!r}, str(os.getpid())), "w").close()
         print(job.wait(timeout=120).status.value)
@@ -215,7 +215,7 @@ def test_ten_observer_processes_fire_each_transition_once(storage_uri: str, tmp_
     folder, ready, gate = tmp_path / "calls", tmp_path / "ready", tmp_path / "gate"
     folder.mkdir()
     ready.mkdir()
-    job = kc.submit(jobfns.wait_for_file, (str(gate), 7))
+    job = kc.submit(jobfns.wait_for_file, (str(gate), 7, "", 600))
     env = {**os.environ, "KINETIC_STORAGE": storage_uri}
     script = _observer_script(job.job_id, folder, ready)
     procs = [
