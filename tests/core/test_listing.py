@@ -323,3 +323,14 @@ def test_tag_completion_offers_the_tags_in_use(jobs: Jobs) -> None:
         "team=infra",
         "team=ml",
     ]
+
+
+def test_batch_children_belong_to_the_submitting_owner(
+    storage_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KINETIC_OWNER", "team-x")
+    batch = kc.submit_map(jobfns.add, [(1,), (2,)])
+    assert batch.results(timeout=60, cleanup=False) == [1, 2]
+    children = [j for j in batch.jobs if j is not None]
+    assert [kc.attach(j.job_id).owner for j in children] == ["team-x", "team-x"]
+    assert {j.job_id for j in children} <= set(h.job_id for h in kc.list_jobs(owner="team-x"))
