@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kinetic_core import layout, recovery, registry, signing
 from kinetic_core.backends import Backend, BackendKind, running
@@ -47,10 +47,7 @@ from kinetic_core.states import JobState, JobStatus
 from kinetic_core.status import backend_for, resolve_states
 from kinetic_core.storage import Storage, open_storage
 
-if TYPE_CHECKING:
-    from kinetic_core.listing import list_jobs
-
-__all__ = ["JobHandle", "attach", "list_jobs", "load_handle"]
+__all__ = ["JobHandle", "attach", "load_handle"]
 
 log = logging.getLogger(__name__)
 
@@ -505,13 +502,3 @@ def attach(job_id: str, *, target: Target | dict[str, Any] | None = None) -> Job
     """Reattach to a job from any process or machine that can read its storage root."""
     resolved = Target.coerce(target).resolve()
     return load_handle(open_storage(resolved.storage or ""), job_id, resolved.signing_key)
-
-
-def __getattr__(name: str) -> Any:
-    """``list_jobs`` moved to ``kinetic_core.listing`` (imported lazily: it imports this
-    module); ``from kinetic_core.jobs import list_jobs`` still works."""
-    if name == "list_jobs":
-        from kinetic_core.listing import list_jobs
-
-        return list_jobs
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
