@@ -19,10 +19,10 @@ from datetime import datetime
 from typing import Any
 
 from kinetic_core import layout
-from kinetic_core.config import Target
+from kinetic_core.config import Target, validate_tags
 from kinetic_core.errors import ConfigError, CorruptRecord, JobNotFound
 from kinetic_core.jobs import JobHandle, load_handle
-from kinetic_core.states import JobState, JobStatus
+from kinetic_core.states import JobStatus
 from kinetic_core.status import resolve_states
 from kinetic_core.storage import Storage, open_storage
 
@@ -30,7 +30,6 @@ __all__ = [
     "DESCRIPTION_LIMIT",
     "Query",
     "check_description",
-    "list_job_states",
     "list_jobs",
     "parse_when",
     "resolve_owner",
@@ -173,10 +172,13 @@ class Query:
         limit: int | None = None,
     ) -> Query:
         wanted = _statuses(status, statuses)
+        for field, value in (("owner", owner), ("name", name)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{field} must be a string, got {type(value).__name__}.")
         return cls(
             owner=owner,
             name=name,
-            tags=tuple((tags or {}).items()),
+            tags=tuple(validate_tags(tags or {}).items()),
             since=None if since is None else parse_when(since, name="since"),
             until=None if until is None else parse_when(until, name="until"),
             statuses=None if wanted is None else frozenset(wanted),
@@ -195,16 +197,15 @@ class Query:
 
     def run(
         self, storage: Storage, signing_key: str | None, errors: list[CorruptRecord] | None
-    ) -> list[tuple[JobHandle, JobState | None]]:
-        """The matching jobs in order; with a status filter each comes with its state (one
-        batched resolve for every candidate), else with None (nothing resolved)."""
+    ) -> list[JobHandle]:
+        """The matching jobs in order. With a status filter, one batched resolve of the
+        states of every job the other filters kept; without one, nothing is resolved."""
         found = [h for h in _handles(storage, signing_key, errors) if self.match(h)]
         found.sort(key=lambda h: (h.created_at, h.job_id), reverse=not self.reverse)
-        if self.statuses is None:
-            return [(h, None) for h in found[: self.limit]]
-        states = resolve_states(found) if found else []
-        rows = [(h, s) for h, s in zip(found, states, strict=True) if s.status in self.statuses]
-        return list(rows[: self.limit])
+        if self.statuses is not None and found:
+            states = resolve_states(found)
+            found = [h for h, s in zip(found, states, strict=True) if s.status in self.statuses]
+        return found[: self.limit]
 
 
 # ---- listing -----------------------------------------------------------------------------
@@ -224,13 +225,6 @@ def _handles(
                 errors.append(exc)
         except (JobNotFound, ValueError, TypeError):
             continue  # a job being submitted right now, or a stray folder
-
-
-def _run(
-    query: Query, target: Target | dict[str, Any] | None, errors: list[CorruptRecord] | None
-) -> list[tuple[JobHandle, JobState | None]]:
-    resolved = Target.coerce(target).resolve()
-    return query.run(open_storage(resolved.storage or ""), resolved.signing_key, errors)
 
 
 def list_jobs(
@@ -267,21 +261,8 @@ def list_jobs(
         reverse=reverse,
         limit=limit,
     )
-    return [h for h, _ in _run(query, target, errors)]
-
-
-def list_job_states(
-    query: Query,
-    *,
-    target: Target | dict[str, Any] | None = None,
-    errors: list[CorruptRecord] | None = None,
-) -> list[tuple[JobHandle, JobState]]:
-    """``list_jobs`` for a checked ``Query``, each job with its state: one batched
-    ``resolve_states`` in all (what ``kinetic jobs list`` shows)."""
-    rows = _run(query, target, errors)
-    missing = [h for h, s in rows if s is None]
-    resolved = iter(resolve_states(missing) if missing else [])
-    return [(h, s if s is not None else next(resolved)) for h, s in rows]
+    resolved = Target.coerce(target).resolve()
+    return query.run(open_storage(resolved.storage or ""), resolved.signing_key, errors)
 
 
 def tags(

@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 import kinetic_core as kc
-from kinetic_core.listing import parse_when
 
 DONE, JOB_FAILED, USAGE, TIMED_OUT = 0, 1, 2, 124
 
@@ -64,7 +63,7 @@ class When(click.ParamType):
             return value
         text = str(value).strip()
         try:
-            return parse_when(float(text) if _is_number(text) else text)
+            return kc.parse_when(float(text) if _is_number(text) else text)
         except kc.ConfigError:
             self.fail(f"{value!r} is not a time: use {CLI_WHEN_FORMS}.", param, ctx)
 

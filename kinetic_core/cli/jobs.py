@@ -22,7 +22,6 @@ from kinetic_core.cli.common import (
     listable_root,
     target_of,
 )
-from kinetic_core.listing import Query, list_job_states
 
 job_id_argument = click.argument("job_id", shell_complete=complete_job_id)
 
@@ -77,7 +76,7 @@ def list_(
 ) -> int:
     """Jobs, newest first (--reverse: oldest first); --limit counts after filtering."""
     root = listable_root(ctx)
-    query = Query.of(
+    handles = kc.list_jobs(
         statuses=statuses or None,
         tags=dict(tags),
         name=name,
@@ -86,8 +85,9 @@ def list_(
         until=until,
         reverse=reverse,
         limit=limit,
+        target=target_of(ctx),
     )
-    rows = list_job_states(query, target=target_of(ctx))
+    rows = list(zip(handles, kc.resolve_states(handles) if handles else [], strict=True))
     if as_json:
         render.emit_json([{**h.to_dict(), "state": s.to_dict()} for h, s in rows])
     else:

@@ -156,6 +156,8 @@ def test_status_filter_resolves_only_what_the_other_filters_kept_in_one_call(
         ({"since": [1]}, r"since=\[1\] is not a time"),
         ({"limit": 0}, "limit must be a whole number >= 1"),
         ({"limit": "3"}, "limit must be a whole number >= 1"),
+        ({"owner": 7}, "owner must be a string"),
+        ({"tags": ["team=ml"]}, "tags must be a dict of str to str"),
     ],
 )
 def test_bad_filters_are_config_errors_saying_what_is_accepted(
