@@ -16,7 +16,9 @@ _EXPORTS = {
     "submit": "kinetic_core.submission",
     "asubmit": "kinetic_core.submission",
     "attach": "kinetic_core.jobs",
-    "list_jobs": "kinetic_core.jobs",
+    "list_jobs": "kinetic_core.listing",
+    "tags": "kinetic_core.listing",
+    "parse_when": "kinetic_core.listing",
     "JobHandle": "kinetic_core.jobs",
     "LogStream": "kinetic_core.logs",
     "log_workers_option": "kinetic_core.logs",
@@ -147,8 +149,9 @@ if TYPE_CHECKING:
     from kinetic_core.history import Transition
     from kinetic_core.hooks import SubmitSpec, register_hooks, unregister_hooks
     from kinetic_core.ids import validate_id
-    from kinetic_core.jobs import JobHandle, attach, list_jobs
+    from kinetic_core.jobs import JobHandle, attach
     from kinetic_core.links import LINK_KINDS, job_links
+    from kinetic_core.listing import list_jobs, parse_when, tags
     from kinetic_core.logs import LogStream, log_workers_option
     from kinetic_core.notice import on_preemption, preempted
     from kinetic_core.options import TargetOption, target_options

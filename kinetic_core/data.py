@@ -80,6 +80,32 @@ class Data:
         return self.path.startswith("gs://")
 
     @property
+    def is_gcs(self) -> bool:
+        """A ``gs://`` URI (the job downloads it, or mounts it with ``fuse=True``)."""
+        return self.remote
+
+    @property
+    def is_local(self) -> bool:
+        """A local path or ``file://`` URI (uploaded to storage at submit)."""
+        return not self.remote
+
+    @property
+    def is_dir(self) -> bool:
+        """Whether the job receives a folder. Local: the path is a folder now (False when
+        it does not exist). ``gs://``: a trailing ``/`` or a bucket root, without I/O;
+        otherwise what the bucket holds decides, as at submit (objects under the name: a
+        folder; the object itself, or nothing there: not one)."""
+        if not self.remote:
+            return os.path.isdir(self.local_path)
+        name = self.path[len("gs://") :].partition("/")[2]
+        if not name or name.endswith("/"):
+            return True
+        try:
+            return _check_remote(self)
+        except SubmissionError:
+            return False
+
+    @property
     def local_path(self) -> str:
         """The local path (``file://`` stripped, made absolute)."""
         path = self.path[len("file://") :] if self.path.startswith("file://") else self.path

@@ -1,4 +1,5 @@
-"""JobHandle: a durable reference to one job; ``attach`` and ``list_jobs`` find them again.
+"""JobHandle: a durable reference to one job; ``attach`` finds it again (``list_jobs``:
+``kinetic_core.listing``).
 
 A JobHandle is small JSON-serializable data: everything needed to observe, collect and
 clean up a job from any machine, and nothing else (no function, no secret values).
@@ -46,7 +47,7 @@ from kinetic_core.states import JobState, JobStatus
 from kinetic_core.status import backend_for, resolve_states
 from kinetic_core.storage import Storage, open_storage
 
-__all__ = ["JobHandle", "attach", "list_jobs", "load_handle"]
+__all__ = ["JobHandle", "attach", "load_handle"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,10 @@ class JobHandle:
     recoveries: int = 0
     lost_seconds: float = 0.0
     recovered_from: str | None = None
+    #: Who submitted it (``owner=``, ``KINETIC_OWNER``, else the login) and a free-text
+    #: note (``description=``): what ``list_jobs(owner=...)`` and the CLI show.
+    owner: str = ""
+    description: str = ""
     signing_key: str | None = field(default=None, repr=False, compare=False)
     #: True when ``submit`` returned this existing job for its idempotency key instead of
     #: creating one (a retry reattached). Not serialized.
@@ -497,49 +502,3 @@ def attach(job_id: str, *, target: Target | dict[str, Any] | None = None) -> Job
     """Reattach to a job from any process or machine that can read its storage root."""
     resolved = Target.coerce(target).resolve()
     return load_handle(open_storage(resolved.storage or ""), job_id, resolved.signing_key)
-
-
-def list_jobs(
-    *,
-    status: JobStatus | str | None = None,
-    tags: dict[str, str] | None = None,
-    name: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
-    limit: int | None = None,
-    target: Target | dict[str, Any] | None = None,
-    errors: list[CorruptRecord] | None = None,
-) -> list[JobHandle]:
-    """Jobs under the storage root, newest first, filtered by tags/name/time/status.
-
-    A job whose ``handle.json`` is broken or forged never hides the others: it is left
-    out, appended to ``errors`` when given (one CorruptRecord per job) and logged."""
-    resolved = Target.coerce(target).resolve()
-    storage = open_storage(resolved.storage or "")
-    handles = []
-    for job_id in storage.list_names(layout.JOBS):
-        try:
-            handle = load_handle(storage, job_id, resolved.signing_key)
-        except CorruptRecord as exc:
-            log.warning("kinetic: skipping job %s: %s", job_id, exc)
-            if errors is not None:
-                errors.append(exc)
-            continue
-        except (JobNotFound, ValueError, TypeError):
-            continue  # a job being submitted right now, or a stray folder
-        if name is not None and handle.name != name:
-            continue
-        if tags and any(handle.tags.get(k) != v for k, v in tags.items()):
-            continue
-        if (since is not None and handle.created_at < since) or (
-            until is not None and handle.created_at > until
-        ):
-            continue
-        handles.append(handle)
-    handles.sort(key=lambda h: h.created_at, reverse=True)
-    if status is not None:
-        wanted = JobStatus(status)
-        handles = [
-            h for h, s in zip(handles, resolve_states(handles), strict=True) if s.status is wanted
-        ]
-    return handles[:limit] if limit is not None else handles

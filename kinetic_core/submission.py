@@ -27,6 +27,7 @@ from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
 from kinetic_core.ids import keyed_id, new_id
 from kinetic_core.jobs import JobHandle, load_handle
 from kinetic_core.launching import AttemptTaken, create_attempt, launch_spec
+from kinetic_core.listing import check_description, resolve_owner
 from kinetic_core.payload import dump_envelope
 from kinetic_core.polling import in_thread
 from kinetic_core.states import SUBMITTING, JobStatus
@@ -93,6 +94,8 @@ def submit(
     tags: dict[str, str] | None = None,
     reuse_succeeded: bool = False,
     volumes: dict[str, Data] | None = None,
+    owner: str | None = None,
+    description: str | None = None,
 ) -> JobHandle:
     """Submit ``fn(*args, **kwargs)`` as a detached job and return its handle at once.
 
@@ -104,6 +107,8 @@ def submit(
 
     Every ``Data`` in the arguments arrives in the job as a local path; ``volumes`` maps
     absolute paths in the job to ``Data`` (Kubernetes backends; see docs/data.md).
+    ``owner`` (default ``KINETIC_OWNER``, else the login) and ``description`` (free text,
+    at most 1,000 characters) are kept in the handle for ``list_jobs`` and the CLI.
     """
     plan = prepare(
         fn,
@@ -115,6 +120,8 @@ def submit(
         volumes=volumes,
         announce=True,
         idempotency_key=idempotency_key,
+        owner=owner,
+        description=description,
     )
     if idempotency_key is None:
         return plan.create(new_id(plan.name), attempt=1, key=None)
@@ -134,6 +141,8 @@ def prepare(
     volumes: dict[str, Data] | None = None,
     announce: bool = False,
     idempotency_key: str | None = None,
+    owner: str | None = None,
+    description: str | None = None,
 ) -> _Submission:
     """Check a call and capture what a job of it needs (env values, by-value modules); its
     ``Data`` are uploaded (content-addressed: once) and travel as references. ``announce``:
@@ -141,13 +150,14 @@ def prepare(
     args, kwargs = _check_call(fn, args, kwargs)
     resolved = Target.coerce(target).resolve()
     all_tags = {**(resolved.tags or {}), **validate_tags(tags or {})}
+    about = {"owner": resolve_owner(owner), "description": check_description(description)}
     job_name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
     if announce:
         hooks.submitting(hooks.SubmitSpec.of(fn, job_name, all_tags, resolved, idempotency_key))
     call = {"fn": fn, "args": args, "kwargs": kwargs, "env": job_env(resolved.env, os.environ)}
     mounts = check_volumes(volumes, str(resolved.backend))
     call = prepare_data(call, mounts, open_storage(resolved.storage or ""))
-    return _Submission(resolved, call, _by_value_modules(fn, resolved), job_name, all_tags)
+    return _Submission(resolved, call, _by_value_modules(fn, resolved), job_name, all_tags, **about)
 
 
 def launch_staged(
@@ -179,6 +189,8 @@ class _Submission:
     by_value: list[str]
     name: str
     tags: dict[str, str]
+    owner: str = ""
+    description: str = ""
 
     @property
     def storage(self) -> Storage:
@@ -213,6 +225,8 @@ class _Submission:
             attempt=attempt,
             idempotency_key=key,
             tags=self.tags,
+            owner=self.owner,
+            description=self.description,
             signing_key=self.target.signing_key,
         )
         spec = launch_spec(

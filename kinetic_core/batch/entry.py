@@ -18,6 +18,7 @@ from kinetic_core.batch.stager import check_driver, reopen_if_failed, stage_chil
 from kinetic_core.config import Target, validate_tags
 from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
 from kinetic_core.ids import key_digest, new_id, validate_id
+from kinetic_core.listing import resolve_owner
 from kinetic_core.polling import in_thread
 from kinetic_core.storage import open_storage
 
@@ -108,6 +109,7 @@ def submit_map(
         "group_id": group_id,
         "name": batch_name,
         "tags": all_tags,
+        "owner": resolve_owner(None),  # each child's owner (KINETIC_OWNER, else the user)
         "total_expected": len(calls),
         "created_at": created_at,
         "storage": resolved.storage,

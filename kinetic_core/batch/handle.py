@@ -20,6 +20,7 @@ from kinetic_core.batch.driver import StepResult, driver_jobs
 from kinetic_core.batch.logtail import DEFAULT_LINES_PER_CHILD, BatchLogTail
 from kinetic_core.batch.records import BatchRecords, child_key, unsubmitted_status
 from kinetic_core.batch.tracker import BatchProgress, Tracker, index_of
+from kinetic_core.config import positive_seconds
 from kinetic_core.errors import BatchError
 from kinetic_core.jobs import JobHandle
 from kinetic_core.polling import Until, apoll_ticks, in_thread, poll_ticks
@@ -73,6 +74,24 @@ class FailedChild:
         return (self.state.message or "") if self.state is not None else str(self.error)
 
 
+def _interval(tracker: Tracker, poll_interval: float | None) -> float:
+    """The wait's interval: the caller's, else the batch's (``Driver.interval``)."""
+    if poll_interval is None:
+        return tracker.interval
+    return positive_seconds(poll_interval, "poll_interval")
+
+
+SHOWN_UNFINISHED = 5
+
+
+def _unfinished(tracker: Tracker) -> str:
+    """What a WaitTimeout says: the batch's count and the children still running."""
+    left = [i for i in range(tracker.records.total) if i not in tracker.final]
+    shown = ", ".join(f"child {i} ({tracker.status_of(i).value})" for i in left[:SHOWN_UNFINISHED])
+    more = f" and {len(left) - SHOWN_UNFINISHED} more" if len(left) > SHOWN_UNFINISHED else ""
+    return f"{tracker.describe()}; still running: {shown}{more}" if left else tracker.describe()
+
+
 @dataclass
 class _Throttle:
     """True at most once per ``every`` seconds, and whenever the batch is done."""
@@ -122,6 +141,12 @@ class BatchHandle:
         return BatchLogTail(self, lines_per_child)
 
     # ---- views --------------------------------------------------------------------------
+    @property
+    def tags(self) -> dict[str, str]:
+        """The tags the batch was submitted with (the Target's and ``submit_map``'s); each
+        child also carries ``kinetic/group-id`` and ``kinetic/index``."""
+        return dict(self.manifest.get("tags") or {})
+
     @property
     def created_at(self) -> datetime:
         created = timestamp(self.manifest["created_at"])
@@ -231,40 +256,57 @@ class BatchHandle:
         return child_key(self.group_id, index)
 
     # ---- waiting: one tracker, a sync and an async driver --------------------------------
-    def _ticks(self, timeout: float | None) -> Iterator[tuple[Tracker, list[int], bool]]:
+    def _ticks(
+        self, timeout: float | None, poll_interval: float | None = None
+    ) -> Iterator[tuple[Tracker, list[int], bool]]:
         """Sync driver. Per tick, one driver step (one bulk poll of the unfinished
         children); yields the tracker, the inputs that became final, and whether the
         batch is done (the last tick)."""
         tracker = self._tracker = Tracker(self.records)
         limit = self.poll_timeout if timeout is None else timeout
-        for _ in poll_ticks(interval=tracker.interval, timeout=limit, describe=tracker.describe):
+        for _ in poll_ticks(
+            interval=_interval(tracker, poll_interval),
+            timeout=limit,
+            describe=lambda: _unfinished(tracker),
+        ):
             newly, done = tracker.tick()
             yield tracker, newly, done
             if done:
                 return
 
     async def _aticks(
-        self, timeout: float | None
+        self, timeout: float | None, poll_interval: float | None = None
     ) -> AsyncIterator[tuple[Tracker, list[int], bool]]:
         """Async driver, same yields: the same step, one round of I/O in a worker thread."""
         tracker = self._tracker = Tracker(self.records)
         limit = self.poll_timeout if timeout is None else timeout
         async for _ in apoll_ticks(
-            interval=tracker.interval, timeout=limit, describe=tracker.describe
+            interval=_interval(tracker, poll_interval),
+            timeout=limit,
+            describe=lambda: _unfinished(tracker),
         ):
             newly, done = await in_thread(tracker.tick)()
             yield tracker, newly, done
             if done:
                 return
 
-    def as_completed(self, timeout: float | None = None) -> Iterator[JobHandle]:
-        """Children as they finish (after their retries), while later ones are still submitted."""
-        for tracker, newly, _ in self._ticks(timeout):
+    def as_completed(
+        self, timeout: float | None = None, poll_interval: float | None = None
+    ) -> Iterator[JobHandle]:
+        """Each child's handle once, as it reaches its final state (after its retries), in
+        completion order, while later ones are still submitted (its input index:
+        ``handle.tags["kinetic/index"]``). Checks every ``poll_interval`` seconds at most
+        (default: the Target's, capped at 5 s); past ``timeout`` WaitTimeout names the
+        children still running, which keep running."""
+        for tracker, newly, _ in self._ticks(timeout, poll_interval):
             for index in newly:
                 yield tracker.final[index][0]
 
-    async def aas_completed(self, timeout: float | None = None) -> AsyncIterator[JobHandle]:
-        async for tracker, newly, _ in self._aticks(timeout):
+    async def aas_completed(
+        self, timeout: float | None = None, poll_interval: float | None = None
+    ) -> AsyncIterator[JobHandle]:
+        """Async twin of ``as_completed`` (``async for job in batch.aas_completed()``)."""
+        async for tracker, newly, _ in self._aticks(timeout, poll_interval):
             for index in newly:
                 yield tracker.final[index][0]
 

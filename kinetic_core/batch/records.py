@@ -253,6 +253,7 @@ class BatchRecords:
                 "kinetic/group-id": self.group_id,
                 "kinetic/index": str(ticket.index),
             },
+            owner=m.get("owner", ""),
             signing_key=self.signing_key,
         )
 

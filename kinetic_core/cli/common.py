@@ -51,6 +51,38 @@ class KeyValue(click.ParamType):
         return key.strip(), val
 
 
+class When(click.ParamType):
+    """A point in time for ``--since``/``--until``: ``30m``/``2h``/``7d`` back from now, an
+    ISO date or date-time, or epoch seconds (as epoch seconds); else a usage error (exit 2)
+    listing those forms."""
+
+    name = "WHEN"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            return kc.parse_when(float(text) if _is_number(text) else text)
+        except kc.ConfigError:
+            self.fail(f"{value!r} is not a time: use {CLI_WHEN_FORMS}.", param, ctx)
+
+
+CLI_WHEN_FORMS = (
+    "a duration back from now (30m, 2h, 7d; also s and w), an ISO date or date-time "
+    "(2026-11-25, 2026-11-25T14:30, local time unless it ends in an offset such as +00:00), "
+    "or epoch seconds (1764000000)"
+)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 limit_option = click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 
@@ -73,6 +105,18 @@ def complete_job_id(
         return _completions(kc.list_jobs(target=target_of(ctx), limit=200), "job_id", incomplete)
     except kc.KineticError:
         return []
+
+
+def complete_tag(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[click.shell_completion.CompletionItem]:
+    """``KEY=VALUE`` of every tag in use under the storage root (``kc.tags()``)."""
+    try:
+        in_use = kc.tags(target=target_of(ctx))
+    except kc.KineticError:
+        return []
+    pairs = [f"{key}={value}" for key, values in in_use.items() for value in values]
+    return [click.shell_completion.CompletionItem(p) for p in pairs if p.startswith(incomplete)]
 
 
 def complete_group_id(

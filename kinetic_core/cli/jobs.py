@@ -12,7 +12,9 @@ from kinetic_core.cli.common import (
     DONE,
     JOB_FAILED,
     KeyValue,
+    When,
     complete_job_id,
+    complete_tag,
     empty_hint,
     exit_for,
     json_option,
@@ -30,38 +32,68 @@ def jobs() -> None:
 
 
 @jobs.command("list")
-@click.option("--status", type=click.Choice([s.value for s in kc.JobStatus], case_sensitive=False))
-@click.option("--tag", "tags", type=KeyValue(), multiple=True, help="Only jobs with this tag.")
+@click.option(
+    "--status",
+    "statuses",
+    type=click.Choice([s.value for s in kc.JobStatus], case_sensitive=False),
+    multiple=True,
+    help="Only jobs in this status (repeat: any of them).",
+)
+@click.option(
+    "--tag",
+    "tags",
+    type=KeyValue(),
+    multiple=True,
+    shell_complete=complete_tag,
+    help="Only jobs with this tag (repeat: all of them).",
+)
 @click.option("--name", help="Only jobs with this name.")
+@click.option(
+    "--owner",
+    help="Only jobs of this owner (recorded at submit: owner=, KINETIC_OWNER, else the user).",
+)
+@click.option(
+    "--since",
+    type=When(),
+    help="Only jobs created at or after WHEN: 30m, 2h, 7d, 2026-11-25, 2026-11-25T14:30.",
+)
+@click.option("--until", type=When(), help="Only jobs created at or before WHEN (same forms).")
+@click.option("--reverse", is_flag=True, help="Oldest first.")
 @limit_option
 @json_option
 @click.pass_context
 def list_(
     ctx: click.Context,
-    status: str | None,
+    statuses: tuple[str, ...],
     tags: tuple[tuple[str, str], ...],
     name: str | None,
+    owner: str | None,
+    since: float | None,
+    until: float | None,
+    reverse: bool,
     limit: int,
     as_json: bool,
 ) -> int:
-    """Jobs, newest first."""
+    """Jobs, newest first (--reverse: oldest first); --limit counts after filtering."""
     root = listable_root(ctx)
     handles = kc.list_jobs(
-        status=status and status.upper(),
-        tags=dict(tags) or None,
+        statuses=statuses or None,
+        tags=dict(tags),
         name=name,
+        owner=owner,
+        since=since,
+        until=until,
+        reverse=reverse,
         limit=limit,
         target=target_of(ctx),
     )
-    states = kc.resolve_states(handles) if handles else []
+    rows = list(zip(handles, kc.resolve_states(handles) if handles else [], strict=True))
     if as_json:
-        render.emit_json(
-            [{**h.to_dict(), "state": s.to_dict()} for h, s in zip(handles, states, strict=True)]
-        )
+        render.emit_json([{**h.to_dict(), "state": s.to_dict()} for h, s in rows])
     else:
-        rows = list(zip(handles, states, strict=True))
-        render.console().print(render.state_table(f"{len(handles)} jobs", rows))
-    if not handles and not (status or tags or name):
+        render.console().print(render.state_table(f"{len(rows)} jobs", rows))
+    filtered = statuses or tags or name or owner or since is not None or until is not None
+    if not rows and not filtered:
         render.hint(empty_hint("jobs", root))
     return DONE
 
@@ -77,7 +109,10 @@ def status(ctx: click.Context, job_id: str, as_json: bool) -> int:
     if as_json:
         render.emit_json({**handle.to_dict(), "state": state.to_dict()})
     else:
-        render.console().print(render.state_table(handle.job_id, [(handle, state)]))
+        table = render.state_table(handle.job_id, [(handle, state)], description=False)
+        render.console().print(table)
+        if handle.description:
+            render.console().print(render.description_text(handle))
         if state.recoveries:
             render.hint(f"{handle.job_id}: {state.recovery_note}")
     return exit_for(state.status)

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import kinetic_core as kc
@@ -43,16 +44,25 @@ def _fmt(dt: datetime | None) -> str:
     return dt.strftime("%Y-%m-%d %H:%M:%S") if dt else "-"
 
 
-def state_table(title: str, rows: list[tuple[kc.JobHandle, kc.JobState]]) -> Table:
+def state_table(
+    title: str, rows: list[tuple[kc.JobHandle, kc.JobState]], *, description: bool = True
+) -> Table:
+    """Jobs with their states; ``owner`` and ``description`` columns when any job has one
+    (the description's first line, shortened; ``jobs status`` prints it whole instead)."""
+    columns = ["name", "status", "reason", "attempt", "created", "finished", "message"]
+    shown = ("owner", "description") if description else ("owner",)
+    extra = [c for c in shown if any(getattr(h, c) for h, _ in rows)]
     table = Table(title=title)
     table.add_column("job id", no_wrap=True)
-    for col in ("name", "status", "reason", "attempt", "created", "finished", "message"):
+    for col in [*columns[:2], *extra, *columns[2:]]:
         table.add_column(col, overflow="fold")
     for handle, state in rows:
+        about = {"owner": escape(handle.owner), "description": short(handle.description)}
         table.add_row(
             handle.job_id,
             handle.name,
             styled(state.status.value),
+            *[about[c] for c in extra],
             state.reason or "",
             str(state.attempt),
             _fmt(state.created_at),
@@ -60,6 +70,26 @@ def state_table(title: str, rows: list[tuple[kc.JobHandle, kc.JobState]]) -> Tab
             (state.message or "")[:120],
         )
     return table
+
+
+DESCRIPTION_COLUMN = 40
+
+
+def short(text: str, width: int = DESCRIPTION_COLUMN) -> str:
+    """The first line of ``text``, cut to ``width`` characters with an ellipsis (escaped:
+    user text is never read as rich markup)."""
+    lines = text.strip().splitlines() or [""]
+    first = lines[0]
+    if len(first) > width:
+        first = first[: width - 1] + "…"
+    elif len(lines) > 1:
+        first += " …"
+    return escape(first)
+
+
+def description_text(handle: kc.JobHandle) -> str:
+    """``jobs status``: the whole description under the table."""
+    return f"[bold]description:[/] {escape(handle.description)}"
 
 
 def seconds_text(seconds: float | None) -> str:
