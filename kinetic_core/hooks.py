@@ -71,10 +71,22 @@ class SubmitSpec:
     #: The resolved Target without secrets (as the job's handle stores it).
     target: Mapping[str, Any]
     idempotency_key: str | None
+    #: Who submits (``owner=``, ``KINETIC_OWNER``, else the login) and the free-text
+    #: ``description=``: e.g. for a policy hook that refuses unowned nightly jobs.
+    owner: str = ""
+    description: str = ""
 
     @classmethod
     def of(
-        cls, fn: Any, name: str, tags: dict[str, str], target: Target, key: str | None
+        cls,
+        fn: Any,
+        name: str,
+        tags: dict[str, str],
+        target: Target,
+        key: str | None,
+        *,
+        owner: str = "",
+        description: str = "",
     ) -> SubmitSpec:
         qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
         module = getattr(fn, "__module__", None)
@@ -84,6 +96,8 @@ class SubmitSpec:
             tags=MappingProxyType(dict(tags)),
             target=MappingProxyType(target.to_dict()),
             idempotency_key=key,
+            owner=owner,
+            description=description,
         )
 
 

@@ -153,7 +153,8 @@ def prepare(
     about = {"owner": resolve_owner(owner), "description": check_description(description)}
     job_name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
     if announce:
-        hooks.submitting(hooks.SubmitSpec.of(fn, job_name, all_tags, resolved, idempotency_key))
+        spec = hooks.SubmitSpec.of(fn, job_name, all_tags, resolved, idempotency_key, **about)
+        hooks.submitting(spec)
     call = {"fn": fn, "args": args, "kwargs": kwargs, "env": job_env(resolved.env, os.environ)}
     mounts = check_volumes(volumes, str(resolved.backend))
     call = prepare_data(call, mounts, open_storage(resolved.storage or ""))

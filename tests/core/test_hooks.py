@@ -80,6 +80,8 @@ def test_a_local_job_fires_submitting_submitted_started_succeeded(storage_uri: s
         name="adder",
         tags={"team": "ml"},
         target=kc.Target(signing_key="s3cret"),
+        owner="ana",
+        description="nightly eval",
     )
     assert job.result(timeout=60) == 5
     assert recorder.names() == ["submitting", "submitted", "started", "succeeded"]
@@ -90,6 +92,7 @@ def test_a_local_job_fires_submitting_submitted_started_succeeded(storage_uri: s
         {"team": "ml"},
     )
     assert spec.target["backend"] == "local" and spec.idempotency_key is None
+    assert (spec.owner, spec.description) == ("ana", "nightly eval")
     assert "signing_key" not in spec.target
     with pytest.raises(TypeError):
         spec.target["backend"] = "gke"
