@@ -353,7 +353,10 @@ class SharedPoller:
         seen: asyncio.Queue[JobState | None] = asyncio.Queue()
 
         def observe(state: JobState) -> None:  # on the background loop
-            loop.call_soon_threadsafe(seen.put_nowait, state)
+            try:
+                loop.call_soon_threadsafe(seen.put_nowait, state)
+            except RuntimeError:  # the waiter's loop closed under it: nobody to tell
+                pass
 
         waiting = asyncio.wrap_future(run_in_background(self._wait(ref, observe)))
         report = asyncio.ensure_future(_report(ref.job_id, seen, changes))
