@@ -23,6 +23,8 @@ from kinetic_core.errors import ConfigError
 BACKENDS = tuple(registry.BACKENDS)
 STORAGE_SCHEMES = tuple(f"{scheme}://" for scheme in registry.STORAGE)
 SECRET_FIELDS = frozenset({"signing_key"})
+#: Seconds before a job that vanished from its backend reads Lost (``lost_grace``).
+DEFAULT_LOST_GRACE = 120.0
 DEFAULT_STORAGE = "file://~/.kinetic"
 
 
@@ -72,6 +74,7 @@ class Target:
     life_span: float | None = None  # max seconds running
     schedule_timeout: float | None = None  # max seconds pending
     poll_interval: float | None = None  # steady-state seconds between status polls
+    lost_grace: float | None = None  # seconds a vanished job may be unseen before it is Lost
     pickle_by_value: list[str] | None = None  # module names shipped by value
     tags: dict[str, str] | None = None
     # Recovery (see docs/recovery.md): restarts after a preemption, a lost job or a listed exit code.
@@ -174,7 +177,13 @@ class Target:
                 f"Unknown backend {self.backend!r}; choose one of {', '.join(registry.BACKENDS)} "
                 "(argument backend= or KINETIC_BACKEND)."
             )
-        for name in ("life_span", "schedule_timeout", "queue_timeout", "poll_interval"):
+        for name in (
+            "life_span",
+            "schedule_timeout",
+            "queue_timeout",
+            "poll_interval",
+            "lost_grace",
+        ):
             if getattr(self, name) is not None:
                 positive_seconds(getattr(self, name), name)
         env_spec(self.env)

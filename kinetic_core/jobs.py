@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import socket
+import threading
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -21,6 +22,7 @@ from kinetic_core.backends import Backend, BackendKind, running
 from kinetic_core.config import Target
 from kinetic_core.data import Data
 from kinetic_core.errors import (
+    ConfigError,
     CorruptRecord,
     JobCancelled,
     JobFailed,
@@ -41,7 +43,15 @@ from kinetic_core.logs import (
 )
 from kinetic_core.outputs import download_outputs, outputs_uri
 from kinetic_core.payload import load_envelope, rebuild_exception
-from kinetic_core.polling import Until, in_thread, poll_ticks, shared_poller, wait_states
+from kinetic_core.polling import (
+    OnStatusChange,
+    StatusChanges,
+    Until,
+    in_thread,
+    poll_ticks,
+    shared_poller,
+    wait_states,
+)
 from kinetic_core.records import decide, try_write_record
 from kinetic_core.states import JobState, JobStatus
 from kinetic_core.status import backend_for, resolve_states
@@ -52,8 +62,17 @@ __all__ = ["JobHandle", "attach", "load_handle"]
 log = logging.getLogger(__name__)
 
 HANDLE_VERSION = 1
+#: The tags a batch child's handle carries (``batch/records.py`` writes them).
+BATCH_GROUP_TAG = "kinetic/group-id"
+BATCH_INDEX_TAG = "kinetic/index"
+#: Where a Kubernetes job runs when its target names no namespace (as the client does).
+KUBERNETES_DEFAULT_NAMESPACE = "default"
 #: How long ``cancel()`` waits by default for the job's processes to stop.
 CANCEL_WAIT = 30.0
+#: How long ``result()`` waits by default for the cleanup after a success (it stops the
+#: job's processes, bounded by ``CANCEL_WAIT``, and deletes its backend objects): past it
+#: the value is returned and the rest is left to ``kinetic jobs cleanup``.
+CLEANUP_TIMEOUT = CANCEL_WAIT
 
 
 @dataclass(frozen=True)
@@ -158,6 +177,54 @@ class JobHandle:
         kind: BackendKind = registry.backend_kind(self.target.get("backend"))
         return kind.job_object_name(self.job_id)
 
+    def _backend_option(self, name: str) -> Any:
+        """The stored target's ``name`` where this job's backend has that option, else
+        None (a local job has no namespace, image or accelerator)."""
+        kind: BackendKind = registry.backend_kind(self.target.get("backend"))
+        return self.target.get(name) if name in kind.options else None
+
+    @property
+    def namespace(self) -> str | None:
+        """The Kubernetes namespace of the job's Job and pods (``kubectl -n``); None on
+        backends without namespaces."""
+        kind: BackendKind = registry.backend_kind(self.target.get("backend"))
+        if "namespace" not in kind.options:
+            return None
+        return self.target.get("namespace") or KUBERNETES_DEFAULT_NAMESPACE
+
+    @property
+    def accelerator(self) -> str | None:
+        """The accelerator the job asked for (``tpu-v5e-8``, ``gpu-l4``); None: CPU, or a
+        backend without accelerators."""
+        value = self._backend_option("accelerator")
+        return str(value) if value else None
+
+    @property
+    def image(self) -> str | None:
+        """The container image the job's target named; None: the backend's default image
+        (or the pod template's), or a backend without images."""
+        value = self._backend_option("image")
+        return str(value) if value else None
+
+    @property
+    def spot(self) -> bool | None:
+        """Whether the job asked for spot (preemptible) capacity; None on a backend
+        without it."""
+        kind: BackendKind = registry.backend_kind(self.target.get("backend"))
+        return bool(self.target.get("spot")) if "spot" in kind.options else None
+
+    @property
+    def group_id(self) -> str | None:
+        """The batch (``BatchHandle.group_id``) this job is a child of; None otherwise."""
+        return self.tags.get(BATCH_GROUP_TAG)
+
+    @property
+    def index(self) -> int | None:
+        """This child's index in its batch (``kc.attach_batch(job.group_id)[job.index]``);
+        None for a job that is no batch child."""
+        value = self.tags.get(BATCH_INDEX_TAG)
+        return int(value) if value is not None and value.isdigit() else None
+
     @property
     def result_uri(self) -> str:
         """URI of the result envelope (read it with ``attach(job_id).result()``)."""
@@ -173,13 +240,22 @@ class JobHandle:
     def done(self) -> bool:
         return self.state().terminal
 
-    def wait(self, timeout: float | None = None) -> JobState:
-        """Block until the job is terminal. WaitTimeout leaves it running."""
-        return wait_states([self], timeout=timeout)[0]
+    def wait(
+        self, timeout: float | None = None, *, on_status_change: OnStatusChange | None = None
+    ) -> JobState:
+        """Block until the job is terminal. WaitTimeout leaves it running.
 
-    async def await_(self, timeout: float | None = None) -> JobState:
-        """Async twin of ``wait``, through the process's shared poller."""
-        return await shared_poller().wait(self, timeout)
+        ``on_status_change(state)`` is called once per transition the wait observes (a
+        new status or reason: the first state seen, the terminal one); one that raises is
+        logged and the wait goes on."""
+        return wait_states([self], timeout=timeout, on_status_change=on_status_change)[0]
+
+    async def await_(
+        self, timeout: float | None = None, *, on_status_change: OnStatusChange | None = None
+    ) -> JobState:
+        """Async twin of ``wait``, through the process's shared poller (an async
+        ``on_status_change`` is awaited)."""
+        return await shared_poller().wait(self, timeout, on_status_change)
 
     astate = in_thread(state)
 
@@ -293,22 +369,68 @@ class JobHandle:
         )
 
     # ---- collect --------------------------------------------------------------------------
-    def result(self, timeout: float | None = None, *, cleanup: bool = True) -> Any:
+    def result(
+        self,
+        timeout: float | None = None,
+        *,
+        cleanup: bool = True,
+        stream_logs: bool = False,
+        on_status_change: OnStatusChange | None = None,
+        cleanup_timeout: float | None = CLEANUP_TIMEOUT,
+    ) -> Any:
         """Wait, then return the value or raise the remote exception.
 
         On success the job's backend resources and stored artifacts are cleaned up unless
-        ``cleanup=False``; failed jobs keep everything for debugging.
+        ``cleanup=False``; failed jobs keep everything for debugging. ``stream_logs``
+        prints the job's log lines to stdout as they arrive (the log stream is the wait:
+        no extra status polls); ``on_status_change(state)`` is called once per observed
+        transition (see ``wait``); ``cleanup_timeout`` bounds the cleanup (None: no
+        bound): past it the value is returned, the cleanup goes on in the background and
+        a warning says to run ``kinetic jobs cleanup`` if this process ends first.
         """
-        return self._collect(self.wait(timeout), cleanup)
+        _check_result_args(timeout, on_status_change, cleanup_timeout)
+        if stream_logs:
+            stream = self._log_stream(timeout, on_status_change)
+            for line in stream:
+                print(line, flush=True)
+            state = stream.state
+        else:
+            state = self.wait(timeout, on_status_change=on_status_change)
+        assert state is not None  # a stream that was not stopped ends with the job's state
+        return self._collect(state, cleanup, cleanup_timeout)
 
-    async def aresult(self, timeout: float | None = None, *, cleanup: bool = True) -> Any:
-        state = await self.await_(timeout)
-        return await in_thread(self._collect)(state, cleanup)
+    async def aresult(
+        self,
+        timeout: float | None = None,
+        *,
+        cleanup: bool = True,
+        stream_logs: bool = False,
+        on_status_change: OnStatusChange | None = None,
+        cleanup_timeout: float | None = CLEANUP_TIMEOUT,
+    ) -> Any:
+        """Async twin of ``result`` (an async ``on_status_change`` is awaited)."""
+        _check_result_args(timeout, on_status_change, cleanup_timeout)
+        if stream_logs:
+            stream = self._log_stream(timeout, on_status_change)
+            async for line in stream:
+                print(line, flush=True)
+            state = stream.state
+        else:
+            state = await self.await_(timeout, on_status_change=on_status_change)
+        assert state is not None
+        return await in_thread(self._collect)(state, cleanup, cleanup_timeout)
 
-    def _collect(self, state: JobState, cleanup: bool) -> Any:
+    def _log_stream(
+        self, timeout: float | None, on_status_change: OnStatusChange | None
+    ) -> LogStream:
+        """The log stream ``result(stream_logs=True)`` waits through: every worker's lines
+        of a multi-host job, prefixed ``[w{k}] ``."""
+        return LogStream(self, timeout=timeout, on_status_change=on_status_change)
+
+    def _collect(self, state: JobState, cleanup: bool, cleanup_timeout: float | None = None) -> Any:
         if state.job_id != self.job_id:  # recovered: the newest attempt holds the result
             newest = load_handle(self._storage(), state.job_id, self._key)
-            return newest._collect(state, cleanup)
+            return newest._collect(state, cleanup, cleanup_timeout)
         storage = self._storage()
         if state.status is JobStatus.CANCELLED:
             raise JobCancelled(
@@ -340,19 +462,46 @@ class JobHandle:
             raise rebuild_exception(body, self.job_id)
         self.mark_collected()
         if cleanup:
-            try:
-                self.cleanup()
-            except (KineticError, OSError) as exc:  # the value is read: it is the caller's
-                log.warning(
-                    "kinetic: job %s succeeded and its result was read, but cleaning it up "
-                    "failed (%s: %s); what was not cleaned up is kept: run `kinetic jobs "
-                    "cleanup %s` (or handle.cleanup()) once that is fixed",
-                    self.job_id,
-                    type(exc).__name__,
-                    exc,
-                    self.job_id,
-                )
+            self._cleanup_collected(cleanup_timeout)
         return body["value"]
+
+    def _cleanup_collected(self, timeout: float | None) -> None:
+        """Clean up a job whose value was read, within ``timeout`` seconds (None: however
+        long it takes). It never raises: the value is the caller's. A cleanup that fails
+        or outlasts the bound is logged with what to run; an outlasting one goes on in a
+        daemon thread (cleanup is idempotent: cut short anywhere, it is simply run again)."""
+        if timeout is None:
+            self._cleanup_logged()
+            return
+        worker = threading.Thread(
+            target=self._cleanup_logged, name=f"kinetic-cleanup-{self.job_id}", daemon=True
+        )
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            log.warning(
+                "kinetic: job %s succeeded and its result was read, but its cleanup did not "
+                "finish within cleanup_timeout=%gs; it goes on in the background of this "
+                "process: if the process ends first, run `kinetic jobs cleanup %s` (or "
+                "handle.cleanup())",
+                self.job_id,
+                timeout,
+                self.job_id,
+            )
+
+    def _cleanup_logged(self) -> None:
+        try:
+            self.cleanup()
+        except (KineticError, OSError) as exc:  # the value is read: it is the caller's
+            log.warning(
+                "kinetic: job %s succeeded and its result was read, but cleaning it up "
+                "failed (%s: %s); what was not cleaned up is kept: run `kinetic jobs "
+                "cleanup %s` (or handle.cleanup()) once that is fixed",
+                self.job_id,
+                type(exc).__name__,
+                exc,
+                self.job_id,
+            )
 
     def mark_collected(self) -> None:
         """Record that the result was delivered without reading it (e.g. the caller passed
@@ -435,6 +584,18 @@ class JobHandle:
                 st.delete_prefix(layout.outputs(job_id))
 
     acleanup = in_thread(cleanup)
+
+
+def _check_result_args(timeout: Any, on_status_change: Any, cleanup_timeout: Any) -> None:
+    """ConfigError, before anything waits, for arguments of ``result`` that cannot work."""
+    for name, value in (("timeout", timeout), ("cleanup_timeout", cleanup_timeout)):
+        if value is not None and (
+            not isinstance(value, int | float) or isinstance(value, bool) or value < 0
+        ):
+            raise ConfigError(
+                f"{name} must be None (no bound) or a number of seconds >= 0, got {value!r}."
+            )
+    StatusChanges.of(on_status_change)
 
 
 # ---- attach / list ------------------------------------------------------------------------

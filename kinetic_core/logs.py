@@ -23,7 +23,15 @@ from typing import Any, Protocol
 
 from kinetic_core import recovery
 from kinetic_core.errors import ConfigError
-from kinetic_core.polling import Until, apoll_ticks, interval_of, poll_ticks, shared_poller
+from kinetic_core.polling import (
+    OnStatusChange,
+    StatusChanges,
+    Until,
+    apoll_ticks,
+    interval_of,
+    poll_ticks,
+    shared_poller,
+)
 from kinetic_core.states import JobState
 
 #: Bounded reads per tick while the job runs (each read is a bounded chunk), and at the end.
@@ -159,6 +167,8 @@ class LogStream:
 
     With ``best_effort`` (what orchestrators want: a log must never fail a task), a failed
     read stops the reading, is kept in ``error``, and the stream still ends with the job.
+    ``on_status_change`` gets each transition of the states the stream reads anyway
+    (``polling.StatusChanges``): ``result(stream_logs=True)`` needs no wait of its own.
     """
 
     def __init__(
@@ -171,7 +181,11 @@ class LogStream:
         until: Until | None = None,
         best_effort: bool = False,
         worker: int | None = None,
+        on_status_change: OnStatusChange | None = None,
     ) -> None:
+        self.changes = StatusChanges.of(on_status_change)
+        self.on_status_change = on_status_change
+        self.waited = handle.job_id  # the job's transitions, whichever attempt is read
         self.handle = handle
         self.worker = worker
         self.best_effort = best_effort
@@ -243,13 +257,17 @@ class LogStream:
         ):
             yield from self._read(READS_PER_TICK)
             state = self.handle.state()
+            if self.changes is not None:
+                self.changes.notify(self.waited, state)
             if state.terminal:
                 yield from self._finish(state)
                 return
 
     # ---- async driver --------------------------------------------------------------------
     async def __aiter__(self) -> AsyncIterator[str]:
-        done = asyncio.ensure_future(shared_poller().wait(self.handle))
+        done = asyncio.ensure_future(
+            shared_poller().wait(self.handle, on_status_change=self.on_status_change)
+        )
         try:
             async for _ in apoll_ticks(
                 interval=self.interval,

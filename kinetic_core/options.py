@@ -95,6 +95,11 @@ _DESCRIBED: dict[str, tuple[str, Any]] = {
     "life_span": ("Max seconds a job may run.", 86400.0),
     "schedule_timeout": ("Max seconds a job may stay pending.", 900.0),
     "poll_interval": ("Steady-state seconds between status polls.", 5.0),
+    "lost_grace": (
+        "Seconds a job the backend no longer shows (never seen after submit, or its node "
+        "unreachable) gets before it reads FAILED Lost (default 120).",
+        120.0,
+    ),
     "pickle_by_value": (
         "Modules shipped with the function because the image lacks them.",
         ["mylib"],

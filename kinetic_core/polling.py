@@ -9,6 +9,9 @@ loops), registers its handle there, and one ``resolve_states`` call per tick cov
 all (one bulk backend poll per scope), run in a worker thread so no loop ever blocks on
 a backend or storage call.
 
+Both loops can report each observed transition (``on_status_change``, see
+``StatusChanges``): from the states the wait polls anyway, never with a poll of its own.
+
 Both loops ride out a backend outage: a poll that fails with a transient ``BackendError``
 (the backend already retried it) is logged and the wait goes on, up to ``OUTAGE_LIMIT``
 of continuous failure; past the caller's timeout the wait ends with ``WaitTimeout``.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import inspect
 import logging
 import os
 import threading
@@ -27,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-from kinetic_core.errors import BackendError, WaitTimeout
+from kinetic_core.errors import BackendError, ConfigError, WaitTimeout
 from kinetic_core.states import JobState
 from kinetic_core.status import backend_for, resolve_states
 
@@ -38,6 +42,8 @@ T = TypeVar("T")
 #: An async predicate checked on every tick; when it returns True the wait stops early
 #: (e.g. "the orchestrator is cancelling this run").
 Until = Callable[[], Awaitable[bool]]
+#: Called with each new JobState a wait observes (sync; or, in an async wait, async too).
+OnStatusChange = Callable[[JobState], Any]
 
 FIRST_DELAY = 0.005
 GROWTH = 1.3
@@ -80,6 +86,71 @@ class Outage:
                 "kinetic: backend reachable again after %.0fs", time.monotonic() - self.since
             )
         self.since, self.logged = None, 0.0
+
+
+class StatusChanges:
+    """The transitions a wait observes, each reported once to ``callback``.
+
+    A transition is a new (status, reason) of one waited job (keyed by the job waited on:
+    a recovered job's states name its newest attempt, and stay its transitions). The
+    first state seen counts, so does the terminal one. A callback that raises is logged
+    and the wait goes on: watching a job must never break waiting for it.
+    """
+
+    def __init__(self, callback: OnStatusChange) -> None:
+        if not callable(callback):
+            raise ConfigError(
+                f"on_status_change must be a callable taking the JobState, got {callback!r}; "
+                "pass a function (or an async function to aresult/await_), or None."
+            )
+        self.callback = callback
+        self.seen: dict[str, tuple[str, str | None]] = {}
+
+    @classmethod
+    def of(cls, callback: OnStatusChange | None) -> StatusChanges | None:
+        """None for no callback; ConfigError for one that cannot be called."""
+        return None if callback is None else cls(callback)
+
+    def _new(self, job_id: str, state: JobState) -> bool:
+        key = (state.status.value, state.reason)
+        if self.seen.get(job_id) == key:
+            return False
+        self.seen[job_id] = key
+        return True
+
+    def notify(self, job_id: str, state: JobState) -> None:
+        """Report ``state`` of the job waited on as ``job_id`` if it is a transition."""
+        if not self._new(job_id, state):
+            return
+        try:
+            outcome = self.callback(state)
+            if inspect.isawaitable(outcome):  # an async callback in a sync wait: run it here
+                asyncio.run(_awaited(outcome))
+        except Exception:
+            self._failed(state)
+
+    async def anotify(self, job_id: str, state: JobState) -> None:
+        """Async ``notify``: an async callback is awaited (a sync one is called)."""
+        if not self._new(job_id, state):
+            return
+        try:
+            outcome = self.callback(state)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception:
+            self._failed(state)
+
+    def _failed(self, state: JobState) -> None:
+        log.exception(
+            "kinetic: on_status_change raised for job %s (%s%s); the wait goes on",
+            state.job_id,
+            state.status.value,
+            f" {state.reason}" if state.reason else "",
+        )
+
+
+async def _awaited(outcome: Awaitable[Any]) -> Any:
+    return await outcome
 
 
 def interval_of(ref: Any) -> float:
@@ -183,8 +254,15 @@ def unanswered_message(refs: list[Any]) -> str:
     )
 
 
-def wait_states(refs: list[Any], *, timeout: float | None = None) -> list[JobState]:
-    """Block until every job is terminal; return their states in order."""
+def wait_states(
+    refs: list[Any],
+    *,
+    timeout: float | None = None,
+    on_status_change: OnStatusChange | None = None,
+) -> list[JobState]:
+    """Block until every job is terminal; return their states in order. Each transition
+    polled is passed to ``on_status_change`` (see ``StatusChanges``)."""
+    changes = StatusChanges.of(on_status_change)
     latest: list[JobState] = []
     interval = min((interval_of(r) for r in refs), default=DEFAULT_INTERVAL)
 
@@ -208,6 +286,9 @@ def wait_states(refs: list[Any], *, timeout: float | None = None) -> list[JobSta
             outage.failed(exc)
             continue
         outage.ok()
+        if changes is not None:
+            for ref, state in zip(refs, latest, strict=True):
+                changes.notify(ref.job_id, state)
         if all(s.terminal for s in latest):
             break
     return latest
@@ -220,6 +301,8 @@ def wait_states(refs: list[Any], *, timeout: float | None = None) -> list[JobSta
 class _Waiter:
     ref: Any
     future: asyncio.Future[JobState]
+    #: Called (on the background loop) with every state polled for this waiter's job.
+    observe: Callable[[JobState], None] | None = None
 
 
 @dataclass
@@ -248,21 +331,47 @@ class SharedPoller:
     _task: asyncio.Task[None] | None = None
     _wake: asyncio.Event | None = None
 
-    async def wait(self, ref: Any, timeout: float | None = None) -> JobState:
-        """Until the job is terminal. WaitTimeout after ``timeout``; the job keeps running."""
-        # Scheduled on the background loop at once, so it runs (and unregisters) even if
-        # this waiter is cancelled before its first await.
-        waiting = asyncio.wrap_future(run_in_background(self._wait(ref)))
-        if timeout is None:
-            return await waiting  # no wait_for: one task fewer per waiter
-        try:
-            return await asyncio.wait_for(waiting, timeout)
-        except TimeoutError:
-            raise WaitTimeout(
-                f"Timed out after {timeout:g}s waiting for job {ref.job_id}; it keeps running."
-            ) from None
+    async def wait(
+        self,
+        ref: Any,
+        timeout: float | None = None,
+        on_status_change: OnStatusChange | None = None,
+    ) -> JobState:
+        """Until the job is terminal. WaitTimeout after ``timeout``; the job keeps running.
 
-    async def _wait(self, ref: Any) -> JobState:
+        ``on_status_change`` gets each transition of the states this poller polls anyway
+        (see ``StatusChanges``), on the caller's event loop: an async one is awaited, and
+        the terminal state's call has returned before this does."""
+        changes = StatusChanges.of(on_status_change)
+        if changes is None:
+            # Scheduled on the background loop at once, so it runs (and unregisters) even
+            # if this waiter is cancelled before its first await.
+            return await _within(
+                asyncio.wrap_future(run_in_background(self._wait(ref))), ref, timeout
+            )
+        loop = asyncio.get_running_loop()
+        seen: asyncio.Queue[JobState | None] = asyncio.Queue()
+
+        def observe(state: JobState) -> None:  # on the background loop
+            try:
+                loop.call_soon_threadsafe(seen.put_nowait, state)
+            except RuntimeError:  # the waiter's loop closed under it: nobody to tell
+                pass
+
+        waiting = asyncio.wrap_future(run_in_background(self._wait(ref, observe)))
+        report = asyncio.ensure_future(_report(ref.job_id, seen, changes))
+        try:
+            state = await _within(waiting, ref, timeout)
+        except BaseException:
+            report.cancel()
+            raise
+        # Every state observed was queued before the waiter's future completed here.
+        seen.put_nowait(None)
+        await report
+        await changes.anotify(ref.job_id, state)
+        return state
+
+    async def _wait(self, ref: Any, observe: Callable[[JobState], None] | None = None) -> JobState:
         """Runs on the background loop: register, wake the poll task, await the state."""
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -274,7 +383,9 @@ class SharedPoller:
             schedule = _Schedule(steps, now + max(next(steps), COALESCE), now)
             self.schedules[ref.job_id] = schedule
         schedule.last_waited = now
-        waiter = _Waiter(ref, loop.create_future())
+        waiter = _Waiter(ref, loop.create_future(), observe)
+        if observe is not None and ref.job_id in self.latest:  # polled for another waiter
+            observe(self.latest[ref.job_id])
         self.waiters.append(waiter)
         if self._wake is None:
             self._wake = asyncio.Event()
@@ -325,7 +436,11 @@ class SharedPoller:
             self.latest.update(by_job)
             for w in self.waiters:
                 state = by_job.get(w.ref.job_id)
-                if state is not None and state.terminal and not w.future.done():
+                if state is None or w.future.done():
+                    continue
+                if w.observe is not None:
+                    w.observe(state)
+                if state.terminal:
                     w.future.set_result(state)
             for job_id, state in by_job.items():
                 if state.terminal:
@@ -343,6 +458,26 @@ class SharedPoller:
         ]:
             del self.schedules[job_id]
             self.latest.pop(job_id, None)
+
+
+async def _within(waiting: asyncio.Future[JobState], ref: Any, timeout: float | None) -> JobState:
+    """``waiting``'s state; WaitTimeout (the job keeps running) after ``timeout``."""
+    if timeout is None:
+        return await waiting  # no wait_for: one task fewer per waiter
+    try:
+        return await asyncio.wait_for(waiting, timeout)
+    except TimeoutError:
+        raise WaitTimeout(
+            f"Timed out after {timeout:g}s waiting for job {ref.job_id}; it keeps running."
+        ) from None
+
+
+async def _report(
+    job_id: str, seen: asyncio.Queue[JobState | None], changes: StatusChanges
+) -> None:
+    """Pass the states a waiter observes to its callback, in order, until None."""
+    while (state := await seen.get()) is not None:
+        await changes.anotify(job_id, state)
 
 
 # ---- the process's background event loop ------------------------------------------------

@@ -9,7 +9,11 @@ then a finished record / result envelope (SUCCEEDED or FAILED); a backend exit; 
 the backend lost without a result is FAILED with reason ``Lost`` (at once when the
 launch was recorded and the backend no longer knows the job: someone deleted it). A terminal state found without an
 outcome is sealed into one (best effort: read-only storage cannot). Backends are asked in
-bulk: one ``poll`` per backend scope for all jobs passed in.
+bulk: one ``poll`` per backend (per scope and options) for all jobs passed in.
+
+How long a job the backend does not show may stay unseen before it is ``Lost`` is the
+target's ``lost_grace`` (default 120 s): here for a job never seen after its submit, and
+in the Kubernetes backend for a pod whose node stopped reporting.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Protocol
 
 from kinetic_core import history, recovery
 from kinetic_core.backends import Backend, BackendState, get_backend
-from kinetic_core.config import Target
+from kinetic_core.config import DEFAULT_LOST_GRACE, Target
 from kinetic_core.errors import KineticError
 from kinetic_core.records import BY_RUNNER, Evidence, decide, read_evidence, read_outcome
 from kinetic_core.states import SUBMITTING, JobState, JobStatus, timestamp
@@ -31,8 +35,6 @@ from kinetic_core.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
 
-# A job whose handle exists but that no backend knows yet is still being submitted.
-SUBMIT_GRACE = 120.0
 # Backends enforce life_span themselves; this is the fallback after that much extra time.
 DEADLINE_GRACE = 30.0
 
@@ -72,14 +74,16 @@ def resolve_states(refs: list[Any], *, enforce: bool = True) -> list[JobState]:
 
 
 def _resolve_all(refs: list[Any], enforce: bool) -> list[JobState]:
-    groups: dict[str, list[int]] = defaultdict(list)
-    backends: dict[str, Backend] = {}
-    scope_of: list[str] = []
+    # Keyed by the backend instance (cached per scope and options, e.g. lost_grace): jobs
+    # whose targets differ only in such an option are polled by their own backend.
+    groups: dict[int, list[int]] = defaultdict(list)
+    backends: dict[int, Backend] = {}
+    scope_of: list[int] = []
     for i, ref in enumerate(refs):
         backend = backend_for(ref)
-        backends[backend.scope] = backend
-        groups[backend.scope].append(i)
-        scope_of.append(backend.scope)
+        backends[id(backend)] = backend
+        groups[id(backend)].append(i)
+        scope_of.append(id(backend))
     backend_states: dict[int, BackendState] = {}
     for scope, indexes in groups.items():
         polled = backends[scope].poll([refs[i].job_id for i in indexes])
@@ -93,6 +97,12 @@ def _resolve_all(refs: list[Any], enforce: bool) -> list[JobState]:
     for ref, state in zip(refs, states, strict=True):
         history.note(open_storage(ref.storage), state, ref)
     return states
+
+
+def lost_grace(target: dict[str, Any]) -> float:
+    """The target's ``lost_grace``: seconds a job the backend does not show may stay
+    unseen (being submitted, or on an unreachable node) before it reads Lost."""
+    return float(target.get("lost_grace") or DEFAULT_LOST_GRACE)
 
 
 def _pending_limit(
@@ -249,7 +259,7 @@ def _from_evidence(
         )
     # Young jobs are still being submitted: the runner can even have started
     # before the submitter recorded the launch (a zygote forks in about a millisecond).
-    if now - ref.created_at < SUBMIT_GRACE:
+    if now - ref.created_at < lost_grace(ref.target):
         return state(JobStatus.PENDING, SUBMITTING, "submission in progress", ev)
     return state(
         JobStatus.FAILED,

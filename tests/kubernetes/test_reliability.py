@@ -176,12 +176,12 @@ def test_deleting_the_pod_does_not_rerun_the_function(kube: kc.Target, tmp_path:
 # ---- 4. a lost node is detected ------------------------------------------------------------
 
 
-def test_pod_on_an_unreachable_node_is_lost(
-    kube: kc.Target, k8s_cluster: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(kube_states, "NODE_LOST_GRACE", 2.0, raising=False)
+def test_pod_on_an_unreachable_node_is_lost(kube: kc.Target, k8s_cluster: Any) -> None:
+    """The target's lost_grace (here 2 s, default 120) is how long the node may be
+    unreachable before the job reads Lost."""
     backend = _backend(kube)
-    job = kc.submit(k8s_fns.sleep, (300,), target=kube.merge({"accelerator": "gpu-l4"}))
+    target = kube.merge({"accelerator": "gpu-l4", "lost_grace": 2})
+    job = kc.submit(k8s_fns.sleep, (300,), target=target)
     _running(job)
     node = _pod_of(backend, job.job_id)["spec"]["nodeName"]
     k8s_cluster.agent_control("lose-node", node=node)
@@ -194,7 +194,7 @@ def test_pod_on_an_unreachable_node_is_lost(
     job.cleanup()
 
 
-def test_node_state_translation_fixtures(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_node_state_translation_fixtures() -> None:
     """Without a cluster: what a pod on a troubled node reads, before and after the grace."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     pod = {
@@ -220,9 +220,8 @@ def test_node_state_translation_fixtures(monkeypatch: pytest.MonkeyPatch) -> Non
         state = kube_states.job_state(job, [pod], {"n1": node})
         assert (state.phase, state.reason) == ("running", "NodeUnreachable"), node
         assert "node n1 unreachable" in (state.message or "")
-    monkeypatch.setattr(kube_states, "NODE_LOST_GRACE", -1.0)
-    assert kube_states.job_state(job, [pod], {"n1": unknown}).phase == "gone"
-    assert kube_states.job_state(job, [pod], {}).phase == "running"  # node unreadable
+    assert kube_states.job_state(job, [pod], {"n1": unknown}, lost_grace=-1.0).phase == "gone"
+    assert kube_states.job_state(job, [pod], {}, lost_grace=-1.0).phase == "running"  # unread
 
 
 # ---- 5. the signing-key Secret: taken back with a refused Job, found by its label -----------

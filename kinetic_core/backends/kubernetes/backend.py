@@ -29,7 +29,7 @@ from kinetic_core.backends.kubernetes.pod_logs import POD_LINES, JobLog
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
 from kinetic_core.backends.kubernetes.slice_states import jobset_state
 from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
-from kinetic_core.config import DEFAULT_STORAGE, Target
+from kinetic_core.config import DEFAULT_LOST_GRACE, DEFAULT_STORAGE, Target
 from kinetic_core.errors import BackendError, ConfigError, PermissionDenied, SubmissionError
 from kinetic_core.storage import open_storage
 
@@ -70,6 +70,9 @@ class KubernetesBackend:
         self.client = KubeClient(target)
         self.namespace = self.client.namespace
         self.storage_uri = target.storage or DEFAULT_STORAGE  # where the runner keeps logs
+        self.lost_grace = (
+            target.lost_grace or DEFAULT_LOST_GRACE
+        )  # before a lost node's pod is gone
 
     @classmethod
     def from_target(cls, target: Target) -> KubernetesBackend:
@@ -259,9 +262,11 @@ class KubernetesBackend:
                 jobset = jobsets[job_id]
                 workload = workloads.get(jobset["metadata"].get("uid", ""))
                 children = jobs_by_id.get(job_id, [])
-                out[job_id] = jobset_state(jobset, children, its_pods, nodes, workload)
+                out[job_id] = jobset_state(
+                    jobset, children, its_pods, nodes, workload, self.lost_grace
+                )
             else:
-                out[job_id] = job_state(plain.get(job_id), its_pods, nodes)
+                out[job_id] = job_state(plain.get(job_id), its_pods, nodes, self.lost_grace)
         return out
 
     def _list(self, plural: str, ids: list[str]) -> list[dict[str, Any]]:

@@ -71,7 +71,8 @@ class KubernetesKind:
         return backend
 
     def cache_key(self, target: Target) -> tuple[object, ...]:
-        return tuple(getattr(target, name) for name in CONNECTION_FIELDS)
+        # lost_grace: the backend's poll applies it (a lost node's pods), so it is per instance.
+        return (*(getattr(target, name) for name in CONNECTION_FIELDS), target.lost_grace)
 
     def check_options(self, target: Target) -> None:
         """The kubeconfig and the pod options, as plain data, before anything is written."""

@@ -23,6 +23,7 @@ from typing import Any
 from kinetic_core.backends import BackendState
 from kinetic_core.backends.kubernetes.jobset import JOB_INDEX, QUEUE_LABEL
 from kinetic_core.backends.kubernetes.states import _ended_state, _ts, job_state
+from kinetic_core.config import DEFAULT_LOST_GRACE
 
 _FIRST_FAILED = re.compile(r"first failed job: (?P<job>[^)\s]+)")
 
@@ -79,12 +80,13 @@ def jobset_state(
     pods: list[dict[str, Any]],
     nodes: dict[str, dict[str, Any]] | None = None,
     workload: dict[str, Any] | None = None,
+    lost_grace: float = DEFAULT_LOST_GRACE,
 ) -> BackendState:
     """The BackendState of a JobSet job (see the module docstring). A pending one's
     ``started_at`` is when its Jobs were made (its admission, when queued), from which
     status resolution counts ``schedule_timeout`` of a queued job."""
     if jobset is None:  # deleted: its pods may still be stopping (or it was never made)
-        return job_state(None, pods, nodes)
+        return job_state(None, pods, nodes, lost_grace)
     queued = queued_state(jobset, workload)
     if queued is not None:
         return queued
@@ -116,7 +118,7 @@ def jobset_state(
             ),
         )
     workers = {
-        i: job_state(job_of[i], by_index.get(i, []), nodes) if i in job_of else None
+        i: job_state(job_of[i], by_index.get(i, []), nodes, lost_grace) if i in job_of else None
         for i in range(replicas)
     }
     state = _gang_state(workers)

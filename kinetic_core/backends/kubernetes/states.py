@@ -6,9 +6,9 @@ reclaimed spot VM, a node the autoscaler removed, and the pod GC) reads ``Preemp
 status resolution gives a runner's recorded outcome precedence over it.
 
 A running pod whose node stopped reporting (node Ready=Unknown/False or tainted
-unreachable) reads RUNNING with reason ``NodeUnreachable``, then, past
-``NODE_LOST_GRACE``, ``gone`` with reason ``NodeLost``: status resolution makes that a
-FAILED job with reason ``Lost`` unless storage holds its result.
+unreachable) reads RUNNING with reason ``NodeUnreachable``, then, past the target's
+``lost_grace`` (default 120 s), ``gone`` with reason ``NodeLost``: status resolution makes
+that a FAILED job with reason ``Lost`` unless storage holds its result.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 from kinetic_core.backends import REFUSED_EXIT_CODE, BackendState
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
+from kinetic_core.config import DEFAULT_LOST_GRACE
 
 
 def _ts(value: str | None) -> float | None:
@@ -28,9 +29,6 @@ def _ts(value: str | None) -> float | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-# How long a pod's node may be unreachable before the job is declared lost (GKE's own
-# node-monitor grace is 40 s; a node that comes back within this keeps its pods).
-NODE_LOST_GRACE = 120.0
 # How long a pod may wait for its job's deleted signing-key Secret before the job ends.
 SECRET_MISSING_GRACE = 30.0
 UNREACHABLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
@@ -66,9 +64,15 @@ def node_trouble(node: dict[str, Any]) -> tuple[float, str] | None:
 
 
 def _lost_node_state(
-    pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any]], started: float | None
+    pods: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any]],
+    started: float | None,
+    lost_grace: float,
 ) -> BackendState | None:
-    """A running pod on an unreachable node: NodeUnreachable, and past the grace NodeLost."""
+    """A running pod on an unreachable node: NodeUnreachable, and past ``lost_grace`` (how
+    long a pod's node may be unreachable before the job is declared lost; GKE's own
+    node-monitor grace is 40 s, and a node that comes back within it keeps its pods)
+    NodeLost."""
     for pod in pods:
         name = pod.get("spec", {}).get("nodeName")
         node = nodes.get(name or "")
@@ -80,7 +84,7 @@ def _lost_node_state(
         since, why = trouble
         stamp = datetime.fromtimestamp(since).astimezone().isoformat(timespec="seconds")
         message = f"node {name} unreachable since {stamp} ({why})"
-        if time.time() - since > NODE_LOST_GRACE:
+        if time.time() - since > lost_grace:
             return BackendState(
                 "gone",
                 reason="NodeLost",
@@ -149,9 +153,11 @@ def job_state(
     job: dict[str, Any] | None,
     pods: list[dict[str, Any]],
     nodes: dict[str, dict[str, Any]] | None = None,
+    lost_grace: float = DEFAULT_LOST_GRACE,
 ) -> BackendState:
     """Translate a Job and its pods (and the Nodes of pods that stopped being Ready) into a
-    BackendState with a reason a person can act on.
+    BackendState with a reason a person can act on (a pod whose node has been unreachable
+    for ``lost_grace`` seconds is presumed dead).
 
     Every pod carrying the job's label counts, whether or not its Job still exists: while
     one may still run the job's process the job is pending or running (never ended, never
@@ -159,7 +165,7 @@ def job_state(
     refused to run the function again says nothing about the job."""
     live = sorted((p for p in pods if alive(p)), key=_created)
     if live:
-        return _live_state(job, live, nodes or {})
+        return _live_state(job, live, nodes or {}, lost_grace)
     ended = [p for p in pods if not refused(p)]
     if job is None:
         return BackendState(
@@ -178,12 +184,15 @@ def job_state(
 
 
 def _live_state(
-    job: dict[str, Any] | None, live: list[dict[str, Any]], nodes: dict[str, dict[str, Any]]
+    job: dict[str, Any] | None,
+    live: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any]],
+    lost_grace: float,
 ) -> BackendState:
     """The job while a pod of it may still run: the oldest such pod (the one that may run
     the function) speaks, unless its node is lost."""
     started = _ts((job or {}).get("status", {}).get("startTime"))
-    troubled = [(p, _lost_node_state([p], nodes, started)) for p in live]
+    troubled = [(p, _lost_node_state([p], nodes, started, lost_grace)) for p in live]
     fine = [p for p, trouble in troubled if trouble is None]
     if not fine:  # unreachable while one is in its grace; presumed dead (gone) once all are past it
         states = [trouble for _, trouble in troubled if trouble is not None]
