@@ -22,7 +22,7 @@ from typing import Any
 from kinetic_core import layout, signing
 from kinetic_core.errors import CorruptRecord, JobCancelled, JobNotFound, SubmissionError
 from kinetic_core.ids import keyed_id
-from kinetic_core.jobs import JobHandle
+from kinetic_core.jobs import BATCH_GROUP_TAG, BATCH_INDEX_TAG, JobHandle
 from kinetic_core.states import ChildStatus
 from kinetic_core.storage import Storage, open_storage
 
@@ -250,8 +250,8 @@ class BatchRecords:
             idempotency_key=child_key(self.group_id, ticket.index),
             tags={
                 **m["tags"],
-                "kinetic/group-id": self.group_id,
-                "kinetic/index": str(ticket.index),
+                BATCH_GROUP_TAG: self.group_id,
+                BATCH_INDEX_TAG: str(ticket.index),
             },
             owner=m.get("owner", ""),
             signing_key=self.signing_key,

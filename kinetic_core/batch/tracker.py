@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kinetic_core.batch.driver import Driver, StepResult
 from kinetic_core.batch.records import BatchRecords, unsubmitted_status
-from kinetic_core.jobs import JobHandle
+from kinetic_core.jobs import BATCH_INDEX_TAG, JobHandle
 from kinetic_core.states import ChildStatus, JobState
 
 
@@ -43,7 +43,7 @@ class BatchProgress:
 
 
 def index_of(handle: JobHandle) -> int:
-    return int(handle.tags["kinetic/index"])
+    return int(handle.tags[BATCH_INDEX_TAG])
 
 
 class Tracker:
