@@ -93,6 +93,8 @@ def submit(
     tags: dict[str, str] | None = None,
     reuse_succeeded: bool = False,
     volumes: dict[str, Data] | None = None,
+    output_dir: str | None = None,
+    debug: bool | None = None,
 ) -> JobHandle:
     """Submit ``fn(*args, **kwargs)`` as a detached job and return its handle at once.
 
@@ -104,13 +106,22 @@ def submit(
 
     Every ``Data`` in the arguments arrives in the job as a local path; ``volumes`` maps
     absolute paths in the job to ``Data`` (Kubernetes backends; see docs/data.md).
+    ``output_dir`` (gs://... or file://...) keeps the job's outputs in
+    ``{output_dir}/{job_id}/``; ``debug=True`` keeps a failed job's processes or pod for
+    inspection (both are also Target fields; see docs/data.md and docs/concepts.md).
     """
+    target = _with_job_fields(target, output_dir=output_dir, debug=debug)
     plan = prepare(fn, args, kwargs, target=target, name=name, tags=tags, volumes=volumes)
     if idempotency_key is None:
         return plan.create(new_id(plan.name), attempt=1, key=None)
     if not isinstance(idempotency_key, str) or not idempotency_key:
         raise ConfigError("idempotency_key must be a non-empty string.")
     return plan.submit_keyed(idempotency_key, reuse_succeeded)
+
+
+def _with_job_fields(target: Target | dict[str, Any] | None, **fields: Any) -> Target:
+    """``target`` with the Target fields given as submit arguments (those not None)."""
+    return Target.coerce(target).merge({k: v for k, v in fields.items() if v is not None})
 
 
 def prepare(
