@@ -24,8 +24,6 @@ BACKENDS = tuple(registry.BACKENDS)
 STORAGE_SCHEMES = tuple(f"{scheme}://" for scheme in registry.STORAGE)
 SECRET_FIELDS = frozenset({"signing_key"})
 DEFAULT_STORAGE = "file://~/.kinetic"
-#: How long a failed ``debug=True`` job's processes or pod are kept for inspection (24 h).
-DEBUG_HOLD = 24 * 3600
 # Per-job choices, never read from KINETIC_*: inside a job KINETIC_OUTPUT_DIR is the job's own
 # folder (a job that submits another must not hand it that), and a stray KINETIC_DEBUG
 # must not hold every failed job's processes.
@@ -85,7 +83,7 @@ class Target:
     # where the job's outputs go: {output_dir}/{job_id}/ (gs://... or file://...; default:
     # outputs/{job_id}/ under the storage root). See docs/data.md.
     output_dir: str | None = None
-    # keep a failed job's processes (local) or pod (Kubernetes) for DEBUG_HOLD seconds
+    # keep a failed job's processes (local) or pod (Kubernetes) to inspect (debugging.py: 24 h)
     debug: bool | None = None
     # Recovery (see docs/recovery.md): restarts after a preemption, a lost job or a listed exit code.
     max_recoveries: int | None = None  # default: 3 with spot, 0 otherwise

@@ -259,15 +259,17 @@ def sync_if_idle(storage_uri: str, job_id: str, worker: int = 0) -> None:
         _lock.release()
 
 
-def finish(storage_uri: str, job_id: str, worker: int = 0) -> None:
+def finish(storage_uri: str, job_id: str, worker: int = 0, *, keep: bool = False) -> None:
     """Last sync as the job (worker) ends, then drop this machine's copy (and downloaded
-    data). Never raises: how the job ended must still be recorded."""
+    data) unless ``keep`` (a failed debug job, held for inspection). Never raises: how the
+    job ended must still be recorded."""
     try:
         root = local_root(job_id, worker)
         if not os.path.isdir(root):
             return
         sync_if_idle(storage_uri, job_id, worker)  # a no-op where the folder is the storage
-        shutil.rmtree(root, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
     except Exception as exc:
         import sys
 
