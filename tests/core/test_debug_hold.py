@@ -51,6 +51,8 @@ def test_a_failed_debug_job_is_kept_until_cleanup(
     again = job.state()  # a held job reads FAILED, not RUNNING, and starts no recovery
     assert (again.status, again.job_id) == (kc.JobStatus.FAILED, job.job_id)
     assert not job.cancel()  # it ended already: cancel decides nothing
+    lines = list(job.follow_logs(timeout=30))  # ends: nothing waits on a held job's log
+    assert any("boom for debugging" in line for line in lines)
     assert all(_alive(p) for p in pids)
 
     with pytest.raises(ValueError, match="boom for debugging") as raised:
