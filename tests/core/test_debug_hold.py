@@ -13,6 +13,7 @@ import kinetic_core as kc
 from kinetic_core import debugging
 from kinetic_core.cli import main
 from kinetic_core.errors import ConfigError
+from kinetic_core.procs import group_members
 from kinetic_core.storage import open_storage
 from tests.core import outdebug_fns
 
@@ -47,6 +48,8 @@ def test_a_failed_debug_job_is_kept_until_cleanup(
     assert info is not None
     pids = [info["runner_pid"], info["supervisor_pid"]]
     assert all(_alive(p) for p in pids)  # kept after the failure was recorded
+    group = group_members(info["supervisor_pid"])  # the job's process group (its session)
+    assert info["runner_pid"] in group
     assert Path(info["output_folder"], "state.txt").read_text() == "state to inspect"
     again = job.state()  # a held job reads FAILED, not RUNNING, and starts no recovery
     assert (again.status, again.job_id) == (kc.JobStatus.FAILED, job.job_id)
@@ -71,7 +74,7 @@ def test_a_failed_debug_job_is_kept_until_cleanup(
         assert main(["jobs", "cleanup", job.job_id]) == 0
     else:
         job.cleanup()
-    assert _until_gone(pids) == []
+    assert _until_gone(group) == []  # nothing of the job stays alive
     assert kc.attach(job.job_id).state().status is kc.JobStatus.FAILED  # terminal stays
     capsys.readouterr()
     assert main(["jobs", "status", job.job_id]) == 1
