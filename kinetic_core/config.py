@@ -26,6 +26,12 @@ SECRET_FIELDS = frozenset({"signing_key"})
 #: Seconds before a job that vanished from its backend reads Lost (``lost_grace``).
 DEFAULT_LOST_GRACE = 120.0
 DEFAULT_STORAGE = "file://~/.kinetic"
+# Per-job choices, never read from KINETIC_*: inside a job KINETIC_OUTPUT_DIR is the job's own
+# folder (a job that submits another must not hand it that), and a stray KINETIC_DEBUG
+# must not hold every failed job's processes.
+NOT_FROM_ENV = frozenset({"output_dir", "debug"})
+# Folders of a storage root that are the job store's own: never a job's output_dir.
+_STORE_FOLDERS = ("jobs", "keys", "batches", "data", "backend-local")
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,11 @@ class Target:
     lost_grace: float | None = None  # seconds a vanished job may be unseen before it is Lost
     pickle_by_value: list[str] | None = None  # module names shipped by value
     tags: dict[str, str] | None = None
+    # where the job's outputs go: {output_dir}/{job_id}/ (gs://... or file://...; default:
+    # outputs/{job_id}/ under the storage root). See docs/data.md.
+    output_dir: str | None = None
+    # keep a failed job's processes (local) or pod (Kubernetes) to inspect (debugging.py: 24 h)
+    debug: bool | None = None
     # Recovery (see docs/recovery.md): restarts after a preemption, a lost job or a listed exit code.
     max_recoveries: int | None = None  # default: 3 with spot, 0 otherwise
     recover_on_exit_codes: list[int] | None = None
@@ -162,11 +173,13 @@ class Target:
         for f in fields(self):
             value = getattr(self, f.name)
             var = f"KINETIC_{f.name.upper()}"
-            if value is None and env.get(var, "") != "":
+            if value is None and f.name not in NOT_FROM_ENV and env.get(var, "") != "":
                 value = _parse_env(var, env[var], hints[f.name])
             values[f.name] = value
         values["backend"] = values["backend"] or registry.DEFAULT_BACKEND
         values["storage"] = normalize_storage_uri(values["storage"] or DEFAULT_STORAGE)
+        if values["output_dir"] is not None:
+            values["output_dir"] = normalize_output_dir(values["output_dir"], values["storage"])
         resolved = Target(**values)
         resolved.validate()
         return resolved
@@ -187,6 +200,8 @@ class Target:
             if getattr(self, name) is not None:
                 positive_seconds(getattr(self, name), name)
         env_spec(self.env)
+        if self.debug is not None and not isinstance(self.debug, bool):
+            raise ConfigError(f"debug must be True or False, got {self.debug!r}.")
         validate_num_hosts(self.num_hosts)
         self._check_backend_options()
         if self.tags is not None:
@@ -271,6 +286,41 @@ def normalize_storage_uri(uri: str) -> str:
     if not bucket:
         raise ConfigError(f"Storage URI {uri!r} names no bucket: use gs://bucket/prefix.")
     return uri.rstrip("/")
+
+
+def normalize_output_dir(uri: Any, storage: str) -> str:
+    """Check a job's ``output_dir`` (a plain absolute path means ``file://``) and return it
+    normalized; ConfigError for a relative path, another scheme, or a place inside the job
+    store's own folders (``jobs/``...) of ``storage``, before anything is written."""
+    if isinstance(uri, str) and uri.startswith("/"):
+        uri = "file://" + uri
+    if not isinstance(uri, str) or not uri.startswith(STORAGE_SCHEMES):
+        raise ConfigError(
+            f"output_dir {uri!r} is not a storage location: use gs://bucket/path, "
+            "file:///absolute/path or an absolute path."
+        )
+    try:
+        normalized = normalize_storage_uri(uri)
+    except ConfigError as exc:
+        raise ConfigError(f"output_dir: {exc}") from None
+    inside = _relative_to(normalized, storage)
+    if inside is not None and (not inside or inside.split("/")[0] in _STORE_FOLDERS):
+        raise ConfigError(
+            f"output_dir {uri!r} is inside the job store {storage} (its own "
+            f"{inside.split('/')[0] or 'root'} folder): choose a folder outside it, or under "
+            f"{storage}/outputs/."
+        )
+    return normalized
+
+
+def _relative_to(uri: str, root: str) -> str | None:
+    """``uri``'s path below ``root`` ('' for the root itself), None when outside it
+    (file:// paths compared after resolving links)."""
+    if uri.startswith("file://") and root.startswith("file://"):
+        uri, root = ("file://" + os.path.realpath(u[len("file://") :]) for u in (uri, root))
+    if uri == root:
+        return ""
+    return uri[len(root) + 1 :] if uri.startswith(root.rstrip("/") + "/") else None
 
 
 def _parse_env(var: str, raw: str, hint: Any) -> Any:

@@ -41,7 +41,7 @@ from kinetic_core.logs import (
     read_merged,
     workers_of,
 )
-from kinetic_core.outputs import download_outputs, outputs_uri
+from kinetic_core.outputs import delete_outputs, download_outputs, output_dir_of, outputs_uri
 from kinetic_core.payload import load_envelope, rebuild_exception
 from kinetic_core.polling import (
     OnStatusChange,
@@ -148,18 +148,20 @@ class JobHandle:
     @property
     def output_dir(self) -> str:
         """Where the job's synced outputs live in storage: a path for file:// storage, a
-        URI otherwise (inside the job, KINETIC_OUTPUT_DIR is a local folder synced here)."""
-        return layout.output_dir(self.storage, self.job_id)
+        URI otherwise (inside the job, KINETIC_OUTPUT_DIR is a local folder synced here);
+        ``{output_dir}/{job_id}`` when the job was given an ``output_dir``."""
+        return output_dir_of(self.storage, self.job_id, self.target.get("output_dir"))
 
     @property
     def outputs(self) -> Data:
         """The job's synced output folder as a ``Data``: pass it to the next job, which
         reads it as a local folder (``train.run_async(prepare.outputs)``)."""
-        return Data(outputs_uri(self._storage(), self.job_id))
+        return Data(outputs_uri(self._storage(), self.job_id, self.target.get("output_dir")))
 
     def download_outputs(self, dest: str | os.PathLike[str]) -> str:
         """Copy the job's synced outputs into the local folder ``dest``; return its path."""
-        return download_outputs(self._storage(), self.job_id, os.fspath(dest))
+        where = self.target.get("output_dir")
+        return download_outputs(self._storage(), self.job_id, os.fspath(dest), where)
 
     async def adownload_outputs(self, dest: str | os.PathLike[str]) -> str:
         return await in_thread(self.download_outputs)(dest)
@@ -581,7 +583,7 @@ class JobHandle:
                 for name in layout.ENVELOPES:
                     st.delete(layout.job_file(job_id, name))
             if outputs:
-                st.delete_prefix(layout.outputs(job_id))
+                delete_outputs(st, job_id, self.target.get("output_dir"))
 
     acleanup = in_thread(cleanup)
 

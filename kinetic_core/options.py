@@ -105,6 +105,16 @@ _DESCRIBED: dict[str, tuple[str, Any]] = {
         ["mylib"],
     ),
     "tags": ("Tags added to every job.", {"team": "ml"}),
+    "output_dir": (
+        "Where the job's outputs go: gs://bucket/path or file:///abs/path; each job writes "
+        "under {output_dir}/{job_id}/ (default: outputs/{job_id}/ in the storage root).",
+        "gs://my-bucket/models/nightly",
+    ),
+    "debug": (
+        "Keep a failed job's processes (local) or pod (Kubernetes) for 24 h to inspect it; "
+        "`kinetic jobs cleanup ID` removes them.",
+        True,
+    ),
     "max_recoveries": (
         "Restarts after a preemption, a lost job or a listed exit code (default: 3 with "
         "spot, else 0; 0 turns recovery off).",

@@ -11,7 +11,11 @@ with its latest earlier attempt's outputs (``inherit_checkpoint``).
 Workers of a multi-host job: each has its own folder and syncs it itself, so four workers
 ending at once neither clobber nor lose a file. Worker 0's folder is ``outputs/{job_id}/``
 as for a single-host job; worker k's (k > 0) is ``outputs/{job_id}/worker-{k}/``, and so is
-the checkpoint it inherits. Worker 0 inherits its own files only (no ``worker-{k}/``
+the checkpoint it inherits.
+
+A job given an ``output_dir`` keeps all of that under ``{output_dir}/{job_id}/`` instead of
+``outputs/{job_id}/`` (a ``Place``): jobs sharing one ``output_dir`` never write each
+other's files, and an attempt inherits from the place its predecessor's handle names. Worker 0 inherits its own files only (no ``worker-{k}/``
 folder of a multi-host attempt), so it never sends a stale copy of another worker's files.
 """
 
@@ -23,22 +27,55 @@ import re
 import shutil
 import tempfile
 import threading
+from dataclasses import dataclass
 from typing import Any
 
-from kinetic_core import layout
+from kinetic_core import layout, signing
 from kinetic_core.errors import InvalidIdError
 from kinetic_core.ids import attempt_id, keyed_id, validate_id
 from kinetic_core.storage import Storage, open_storage
 
 __all__ = ["download_outputs", "inherit_checkpoint", "prepare", "sync", "sync_outputs"]
 
+_OUTPUT_ROOT = "KINETIC_OUTPUT_ROOT"  # inside a job: its output_dir ("" for the default place)
 _STATE = "synced.json"  # beside the folder, not in it: {relative path: [size, mtime_ns]}
 _lock = threading.Lock()
 
 
-def worker_prefix(job_id: str, worker: int = 0) -> str:
-    """Where worker ``worker``'s outputs are kept in storage (see the module docstring)."""
-    return layout.outputs(job_id) + (f"/{WORKER_FOLDER}{worker}" if worker else "")
+@dataclass(frozen=True)
+class Place:
+    """Where one job's outputs are kept: a storage and worker 0's folder in it (worker k's
+    is ``{prefix}/worker-{k}``)."""
+
+    storage: Storage
+    prefix: str
+
+    def of(self, worker: int = 0) -> str:
+        return self.prefix + (f"/{WORKER_FOLDER}{worker}" if worker else "")
+
+
+def place(storage: Storage, job_id: str, output_dir: str | None = None) -> Place:
+    """``outputs/{job_id}`` in the job store ``storage``, or ``{job_id}`` under ``output_dir``."""
+    validate_id(job_id)
+    if output_dir:
+        return Place(open_storage(output_dir), job_id)
+    return Place(storage, layout.outputs(job_id))
+
+
+def place_of(
+    storage: Storage, job_id: str, handle: dict[str, Any] | None, signing_key: str | None = None
+) -> Place:
+    """The place ``handle`` (job ``job_id``'s ``handle.json``) names. Only a record bound to
+    this job, and signed when a signing key is in force, is followed; otherwise the default
+    place: a forged record never sends a job's files elsewhere."""
+    data = dict(handle or {})
+    target = data.get("target")
+    output_dir = target.get("output_dir") if isinstance(target, dict) else None
+    key = signing.key_in_force(signing_key)
+    bound = data.get("job_id") == job_id and (
+        not key or signing.valid(key, data, data.pop("hmac", None))
+    )
+    return place(storage, job_id, output_dir if bound and isinstance(output_dir, str) else None)
 
 
 WORKER_FOLDER = "worker-"
@@ -57,9 +94,9 @@ def local_root(job_id: str, worker: int = 0) -> str:
     return os.path.join(base, job_id + (f".{WORKER_FOLDER}{worker}" if worker else ""))
 
 
-def folder(storage: Storage, job_id: str, worker: int = 0) -> str:
+def folder(where: Place, job_id: str, worker: int = 0) -> str:
     """The job's KINETIC_OUTPUT_DIR on this machine."""
-    in_place = storage.local_path(worker_prefix(job_id, worker))
+    in_place = where.storage.local_path(where.of(worker))
     return in_place or os.path.join(local_root(job_id, worker), "out")
 
 
@@ -74,13 +111,15 @@ def prepare(
     """Create the output folder, seed it from an earlier attempt, export the env vars.
     ``handle`` is the job's ``handle.json`` as the runner read it (None: unreadable);
     ``worker`` of ``workers``: this process's place in a multi-host job."""
-    out = folder(storage, job_id, worker)
+    where = place_of(storage, job_id, handle)
+    out = folder(where, job_id, worker)
     for path in (os.path.dirname(out), out):  # makedirs' mode covers the leaf only
         os.makedirs(path, mode=0o700, exist_ok=True)
     inherit_checkpoint(storage, job_id, out, handle, worker=worker, own_only=workers > 1)
     os.environ["KINETIC_OUTPUT_DIR"] = out
-    os.environ["KINETIC_OUTPUT_URI"] = storage.location(worker_prefix(job_id, worker))
+    os.environ["KINETIC_OUTPUT_URI"] = where.storage.location(where.of(worker))
     os.environ["KINETIC_JOB_STORAGE"] = storage.uri
+    os.environ[_OUTPUT_ROOT] = where.storage.uri if where.storage is not storage else ""
     return out
 
 
@@ -114,15 +153,25 @@ def inherit_checkpoint(
             previous = attempt_id(key, n)
         except InvalidIdError:
             return None  # a record not bound to a job: act on nothing
-        files = storage.walk(worker_prefix(previous, worker))
+        record = _read_handle(storage, previous)
+        where = place_of(storage, previous, record)
+        files = where.storage.walk(where.of(worker))
         if own_only:
             files = [f for f in files if not _WORKER_DIR.match(f)]
         if not files:
             continue
         todo = [f for f in files if not os.path.exists(os.path.join(dest, *f.split("/")))]
-        _fetch(storage, worker_prefix(previous, worker), todo, dest)
+        _fetch(where.storage, where.of(worker), todo, dest)
         return previous
     return None
+
+
+def _read_handle(storage: Storage, job_id: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(storage.read_bytes(layout.job_file(job_id, layout.HANDLE)))
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _fetch(storage: Storage, prefix: str, files: list[str], dest: str) -> None:
@@ -132,12 +181,13 @@ def _fetch(storage: Storage, prefix: str, files: list[str], dest: str) -> None:
 
 
 # ---- sync ------------------------------------------------------------------------------------
-def sync(storage: Storage, job_id: str, out: str | None = None, *, worker: int = 0) -> int:
+def sync(where: Place, job_id: str, out: str | None = None, *, worker: int = 0) -> int:
     """Send what changed in the job's (worker's) output folder since the last sync; delete
     what was removed. Returns the number of files sent. A no-op where the folder is the
     storage."""
-    out = out or folder(storage, job_id, worker)
-    if storage.local_path(worker_prefix(job_id, worker)) == out or not os.path.isdir(out):
+    storage = where.storage
+    out = out or folder(where, job_id, worker)
+    if storage.local_path(where.of(worker)) == out or not os.path.isdir(out):
         return 0
     from kinetic_core.parallel import parallel
 
@@ -159,7 +209,7 @@ def sync(storage: Storage, job_id: str, out: str | None = None, *, worker: int =
             key = name if rel == "." else f"{rel}/{name}".replace(os.sep, "/")
             now[key] = [st.st_size, st.st_mtime_ns]
     changed = [k for k, v in now.items() if sent.get(k) != v]
-    into = worker_prefix(job_id, worker)
+    into = where.of(worker)
     parallel(lambda k: storage.put_file(f"{into}/{k}", os.path.join(out, k)), changed)
     for gone in set(sent) - set(now):
         storage.delete(f"{into}/{gone}")
@@ -177,7 +227,8 @@ def sync_outputs() -> int:
     if not job_id or not uri:
         return 0
     with _lock:
-        return sync(open_storage(uri), job_id, os.environ.get("KINETIC_OUTPUT_DIR"), worker=_me())
+        where = place(open_storage(uri), job_id, os.environ.get(_OUTPUT_ROOT) or None)
+        return sync(where, job_id, os.environ.get("KINETIC_OUTPUT_DIR"), worker=_me())
 
 
 def _me() -> int:
@@ -187,14 +238,19 @@ def _me() -> int:
     return Worker.from_env().index
 
 
+def job_place(storage_uri: str, job_id: str) -> Place:
+    """The job's place, from its ``handle.json`` in ``storage_uri``."""
+    storage = open_storage(storage_uri)
+    return place_of(storage, job_id, _read_handle(storage, job_id))
+
+
 def sync_if_idle(storage_uri: str, job_id: str, worker: int = 0) -> None:
     """The final sync (the function ended, SIGTERM, or the runner died): skipped when a
     sync is under way in this process (a signal interrupted it; the supervisor follows)."""
     if not _lock.acquire(blocking=False):
         return
     try:
-        storage = open_storage(storage_uri)
-        sync(storage, job_id, worker=worker)
+        sync(job_place(storage_uri, job_id), job_id, worker=worker)
     except Exception as exc:  # reported, never masks how the job ended
         import sys
 
@@ -203,16 +259,17 @@ def sync_if_idle(storage_uri: str, job_id: str, worker: int = 0) -> None:
         _lock.release()
 
 
-def finish(storage_uri: str, job_id: str, worker: int = 0) -> None:
+def finish(storage_uri: str, job_id: str, worker: int = 0, *, keep: bool = False) -> None:
     """Last sync as the job (worker) ends, then drop this machine's copy (and downloaded
-    data). Never raises: how the job ended must still be recorded."""
+    data) unless ``keep`` (a failed debug job, held for inspection). Never raises: how the
+    job ended must still be recorded."""
     try:
         root = local_root(job_id, worker)
         if not os.path.isdir(root):
             return
-        if not storage_uri.startswith("file://"):  # there the folder is the storage
-            sync_if_idle(storage_uri, job_id, worker)
-        shutil.rmtree(root, ignore_errors=True)
+        sync_if_idle(storage_uri, job_id, worker)  # a no-op where the folder is the storage
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
     except Exception as exc:
         import sys
 
@@ -220,13 +277,30 @@ def finish(storage_uri: str, job_id: str, worker: int = 0) -> None:
 
 
 # ---- the submitter's side --------------------------------------------------------------------
-def download_outputs(storage: Storage, job_id: str, dest: str) -> str:
+def download_outputs(
+    storage: Storage, job_id: str, dest: str, output_dir: str | None = None
+) -> str:
     """Copy the job's synced outputs into the local folder ``dest``; return it."""
-    prefix = layout.outputs(job_id)
-    _fetch(storage, prefix, storage.walk(prefix), dest)
+    where = place(storage, job_id, output_dir)
+    _fetch(where.storage, where.prefix, where.storage.walk(where.prefix), dest)
     return dest
 
 
-def outputs_uri(storage: Any, job_id: str) -> str:
+def outputs_uri(storage: Storage, job_id: str, output_dir: str | None = None) -> str:
     """The job's outputs folder as a URI with a trailing '/' (a folder for ``Data``)."""
-    return storage.location(layout.outputs(job_id)) + "/"
+    where = place(storage, job_id, output_dir)
+    return where.storage.location(where.prefix) + "/"
+
+
+def output_dir_of(storage_uri: str, job_id: str, output_dir: str | None = None) -> str:
+    """The job's outputs folder: a path on file:// storage, a URI otherwise."""
+    if not output_dir:
+        return layout.output_dir(storage_uri, job_id)
+    where = place(open_storage(output_dir), job_id, output_dir)
+    return where.storage.local_path(where.prefix) or where.storage.location(where.prefix)
+
+
+def delete_outputs(storage: Storage, job_id: str, output_dir: str | None = None) -> None:
+    """Delete the job's outputs folder (its own: ``{output_dir}/{job_id}``, never a sibling)."""
+    where = place(storage, job_id, output_dir)
+    where.storage.delete_prefix(where.prefix)

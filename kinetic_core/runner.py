@@ -118,13 +118,48 @@ def run_job(storage_uri: str, job_id: str) -> int:
         if me.count > 1:
             body["worker"] = me.index
             body["exc_message"] = f"worker {me.index}: {body['exc_message']}"
-    outputs.finish(storage_uri, job_id, me.index)  # in storage before the state can read terminal
+    held = not body["success"] and _debug_note(storage, job_id, handle, body, me.index)
+    # in storage before the state can read terminal (a held job keeps its local folder)
+    outputs.finish(storage_uri, job_id, me.index, keep=held)
     log_capture.sync()  # so is the job's log
     if body["success"] and not me.is_coordinator:  # only worker 0's value is the result
         write_record(storage, job_id, finished_record(me.index), event="finished", success=True)
         return 0
     _store(storage, job_id, body, signing_key)
+    if held:
+        _hold(storage_uri, job_id, me.index)
     return 0 if body["success"] else int(body.get("exit_code") or 1)
+
+
+def _debug_note(
+    storage: Storage, job_id: str, handle: dict[str, Any] | None, body: dict[str, Any], worker: int
+) -> bool:
+    """A failed ``debug=True`` job: record how to get in (``debug.json``, and a line in the
+    failure's traceback) before the failure is; False for any other job."""
+    from kinetic_core import debugging
+
+    if not debugging.wanted(handle):
+        return False
+    info = debugging.facts(job_id, os.environ.get("KINETIC_OUTPUT_DIR"))
+    try:
+        debugging.record(storage, job_id, info)
+    except Exception as exc:  # never in the way of recording the failure: no hold then
+        print(f"kinetic: debug hold not started: {exc}", file=sys.stderr, flush=True)
+        return False
+    body["traceback"] = f"{body.get('traceback', '')}\n{debugging.describe(info)}"
+    print(debugging.describe(info), file=sys.stderr, flush=True)
+    return True
+
+
+def _hold(storage_uri: str, job_id: str, worker: int) -> None:
+    """Keep this process (and, on Kubernetes, its pod) alive for inspection once the
+    failure is recorded, then remove the job's local folder as ``outputs.finish`` would."""
+    from kinetic_core import debugging
+
+    log_capture.stop()  # the log stream ends now: nothing waits on a held job's log
+    debugging.hold()
+    outputs.finish(storage_uri, job_id, worker)
+    debugging.release(open_storage(storage_uri), job_id)
 
 
 def started_record(worker: int) -> str:

@@ -96,6 +96,8 @@ def submit(
     volumes: dict[str, Data] | None = None,
     owner: str | None = None,
     description: str | None = None,
+    output_dir: str | None = None,
+    debug: bool | None = None,
 ) -> JobHandle:
     """Submit ``fn(*args, **kwargs)`` as a detached job and return its handle at once.
 
@@ -109,7 +111,11 @@ def submit(
     absolute paths in the job to ``Data`` (Kubernetes backends; see docs/data.md).
     ``owner`` (default ``KINETIC_OWNER``, else the login) and ``description`` (free text,
     at most 1,000 characters) are kept in the handle for ``list_jobs`` and the CLI.
+    ``output_dir`` (gs://... or file://...) keeps the job's outputs in
+    ``{output_dir}/{job_id}/``; ``debug=True`` keeps a failed job's processes or pod for
+    inspection (both are also Target fields; see docs/data.md and docs/concepts.md).
     """
+    target = _with_job_fields(target, output_dir=output_dir, debug=debug)
     plan = prepare(
         fn,
         args,
@@ -128,6 +134,11 @@ def submit(
     if not isinstance(idempotency_key, str) or not idempotency_key:
         raise ConfigError("idempotency_key must be a non-empty string.")
     return plan.submit_keyed(idempotency_key, reuse_succeeded)
+
+
+def _with_job_fields(target: Target | dict[str, Any] | None, **fields: Any) -> Target:
+    """``target`` with the Target fields given as submit arguments (those not None)."""
+    return Target.coerce(target).merge({k: v for k, v in fields.items() if v is not None})
 
 
 def prepare(

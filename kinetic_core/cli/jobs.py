@@ -8,6 +8,7 @@ import click
 
 import kinetic_core as kc
 import kinetic_core.cli.render as render
+from kinetic_core import debugging
 from kinetic_core.cli.common import (
     DONE,
     JOB_FAILED,
@@ -22,6 +23,7 @@ from kinetic_core.cli.common import (
     listable_root,
     target_of,
 )
+from kinetic_core.storage import open_storage
 
 job_id_argument = click.argument("job_id", shell_complete=complete_job_id)
 
@@ -106,8 +108,9 @@ def status(ctx: click.Context, job_id: str, as_json: bool) -> int:
     """State of one job (exit 1 if it failed or was cancelled)."""
     handle = kc.attach(job_id, target=target_of(ctx))
     state = handle.state()
+    held = _held(handle, state)
     if as_json:
-        render.emit_json({**handle.to_dict(), "state": state.to_dict()})
+        render.emit_json({**handle.to_dict(), "state": state.to_dict(), "debug": held})
     else:
         table = render.state_table(handle.job_id, [(handle, state)], description=False)
         render.console().print(table)
@@ -115,7 +118,16 @@ def status(ctx: click.Context, job_id: str, as_json: bool) -> int:
             render.console().print(render.description_text(handle))
         if state.recoveries:
             render.hint(f"{handle.job_id}: {state.recovery_note}")
+        if held:
+            click.echo(debugging.describe(held))
     return exit_for(state.status)
+
+
+def _held(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any] | None:
+    """The debug record of a failed ``debug=True`` job still held for inspection."""
+    if state.status is not kc.JobStatus.FAILED:
+        return None
+    return debugging.held(open_storage(handle.storage), state.job_id)
 
 
 @jobs.command()
@@ -236,6 +248,6 @@ def cancel(ctx: click.Context, job_id: str) -> int:
 def cleanup(ctx: click.Context, job_id: str, outputs: bool) -> int:
     """Free a job's backend resources and stored envelopes."""
     handle = kc.attach(job_id, target=target_of(ctx))
-    handle.cleanup(outputs=outputs)
+    handle.cleanup(outputs=outputs)  # also stops what a debug=True job kept for inspection
     click.echo(f"{handle.job_id}: cleaned up")
     return DONE

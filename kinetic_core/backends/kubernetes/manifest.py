@@ -29,6 +29,7 @@ from kinetic_core.backends.kubernetes.pod_spec import (
     pod_env,
     pod_spec_options,
 )
+from kinetic_core.debugging import CONTAINER, DEBUG_HOLD, POD_NAME, POD_NAMESPACE
 from kinetic_core.envvars import literal_env
 
 TTL_AFTER_FINISHED = 24 * 3600
@@ -99,6 +100,7 @@ def pod_template(spec: LaunchSpec, extra_env: list[dict[str, Any]] | None = None
         *pod_env(t),
         {"name": "KINETIC_JOB_ID", "value": spec.job_id},
         *(extra_env or []),
+        *(debug_env() if t.debug else []),
     ]
     if t.signing_key:
         env.append(
@@ -155,9 +157,19 @@ def job_spec(spec: LaunchSpec, template: dict[str, Any]) -> dict[str, Any]:
         "template": template,
     }
     deadline = t.active_deadline or t.life_span
-    if deadline:
-        out["activeDeadlineSeconds"] = math.ceil(deadline)
+    if deadline:  # a debug job's failed pod is held: the cluster must not end it first
+        out["activeDeadlineSeconds"] = math.ceil(deadline + (DEBUG_HOLD if t.debug else 0))
     return out
+
+
+def debug_env() -> list[dict[str, Any]]:
+    """What the runner of a ``debug=True`` job reports for ``kubectl exec`` (debugging.py):
+    its pod's name and namespace (downward API) and its container."""
+    return [
+        {"name": POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": POD_NAMESPACE, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": CONTAINER, "value": KINETIC_CONTAINER},
+    ]
 
 
 def job_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ import kinetic_core.backends.local.zygote as zygote
 from kinetic_core import layout, signing
 from kinetic_core.backends import BackendState, LaunchSpec
 from kinetic_core.config import Target
+from kinetic_core.debugging import DEBUG_HOLD
 from kinetic_core.errors import SubmissionError
 from kinetic_core.ids import validate_id
 from kinetic_core.procs import group_members, process_alive, start_ticks, stdout_of, wait_exit
@@ -64,6 +65,15 @@ def default_local_dir(target: Target) -> str:
         return os.path.join(target.storage[len("file://") :], "backend-local")
     digest = hashlib.sha256((target.storage or "").encode()).hexdigest()[:16]
     return os.path.expanduser(f"~/.kinetic/backend-local/{digest}")
+
+
+def _deadline(target: Target) -> float:
+    """The supervisor's deadline (0: none): ``life_span``, plus the debug hold for a
+    ``debug=True`` job, so a failure held for inspection is not cut at ``life_span``
+    (status resolution still enforces ``life_span`` on a function that runs too long)."""
+    if not target.life_span:
+        return 0
+    return target.life_span + (DEBUG_HOLD if target.debug else 0)
 
 
 def _owns(launch: dict[str, Any], log_path: Path) -> bool:
@@ -195,7 +205,7 @@ class LocalBackend:
         if spec.target.signing_key:  # passed in the environment, never written to disk
             env["KINETIC_SIGNING_KEY"] = spec.target.signing_key
         _launch_keys[job_dir] = spec.target.signing_key  # what its supervisor signs with
-        argv = [str(job_dir), str(spec.target.life_span or 0), *spec.runner_args()[2:]]
+        argv = [str(job_dir), str(_deadline(spec.target)), *spec.runner_args()[2:]]
         log_path = str(job_dir / launch_record.LOG)
         cwd = spec.workdir or os.getcwd()
         channel = None
