@@ -46,15 +46,17 @@ def calibrate(seconds: float) -> int:
     return max(1, round(seconds / per_unit))
 
 
-def timed(units: int, storage: LocalStorage | None) -> float:
+def timed(units: int, storage: LocalStorage | None) -> tuple[float, float]:
+    """Wall seconds of the job, and CPU seconds of this whole process meanwhile (job and
+    sidecar threads): the CPU figure barely moves with other load on the machine."""
     if storage is not None:
         sidecar.start(storage, JOB_ID, 0, None)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     job(units)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     if storage is not None:
         sidecar.stop()
-    return elapsed
+    return elapsed, cpu
 
 
 def unit_costs(storage: LocalStorage, n: int = 200) -> tuple[float, float]:
@@ -85,17 +87,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         storage = LocalStorage(f"file://{tmp}")
         units = calibrate(args.seconds)
-        without: list[float] = []
-        with_: list[float] = []
+        runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
         for _ in range(args.repeats):
-            without.append(timed(units, None))
-            with_.append(timed(units, storage))
+            runs[False].append(timed(units, None))
+            runs[True].append(timed(units, storage))
         per_tick, per_sample = unit_costs(storage)
+    without, with_ = [w for w, _ in runs[False]], [w for w, _ in runs[True]]
     med_without, med_with = statistics.median(without), statistics.median(with_)
+    cpu_without = statistics.median(c for _, c in runs[False])
+    cpu_with = statistics.median(c for _, c in runs[True])
     print(f"without sidecar: median {med_without:.3f} s (best {min(without):.3f} s)")
     print(f"with sidecar:    median {med_with:.3f} s (best {min(with_):.3f} s)")
     ratio = med_with / med_without
     print(f"with / without: {ratio:.3f} (best/best {min(with_) / min(without):.3f})")
+    print(
+        f"process CPU: without {cpu_without:.3f} s, with {cpu_with:.3f} s: "
+        f"ratio {cpu_with / cpu_without:.4f}"
+    )
     print(f"one watcher tick {per_tick * 1e3:.3f} ms; one sample written {per_sample * 1e3:.3f} ms")
     share = per_tick / tick + per_sample / sample  # the sidecar's busy time per second
     print(f"sidecar busy {share * 100:.3f}% of the time: the most it can take from the job")

@@ -36,9 +36,11 @@ class Sidecar(threading.Thread):
         self.failures = 0
 
     def run(self) -> None:
-        next_sample = 0.0
+        next_sample, first = 0.0, True
         while True:
-            self._guarded(self.watcher.tick)
+            if not first:  # one tick in: the function has had time to install its handlers
+                self._guarded(self.watcher.tick)
+            first = False
             if time.monotonic() >= next_sample:
                 self._guarded(self.sampler.write)
                 next_sample = time.monotonic() + self.sampler.interval

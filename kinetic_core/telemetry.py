@@ -160,17 +160,25 @@ class Gpus:
 
     @staticmethod
     def _one(nv: Any, i: int) -> GpuSample:
-        name, util, used, total = "", None, None, None
-        try:
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            raw = nv.nvmlDeviceGetName(h)
-            name = raw.decode() if isinstance(raw, bytes) else str(raw)
-            util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
-            mem = nv.nvmlDeviceGetMemoryInfo(h)
-            used, total = int(mem.used), int(mem.total)
-        except Exception:  # a value NVML will not give (MIG, permissions): left None
-            pass
-        return GpuSample(i, name, util, used, total)
+        """Each value on its own: one NVML refuses (MIG, permissions) stays None."""
+        h = _ask(nv.nvmlDeviceGetHandleByIndex, i)
+        raw = _ask(nv.nvmlDeviceGetName, h)
+        util = _ask(nv.nvmlDeviceGetUtilizationRates, h)
+        mem = _ask(nv.nvmlDeviceGetMemoryInfo, h)
+        return GpuSample(
+            i,
+            raw.decode() if isinstance(raw, bytes) else str(raw or ""),
+            None if util is None else float(util.gpu),
+            None if mem is None else int(mem.used),
+            None if mem is None else int(mem.total),
+        )
+
+
+def _ask(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception:
+        return None
 
 
 class Sampler:

@@ -5,6 +5,8 @@ GPU fields invented without NVML, and ``kinetic jobs top``."""
 from __future__ import annotations
 
 import json
+import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -81,3 +83,44 @@ def test_cli_top_table_and_json(storage_uri: str, capsys: pytest.CaptureFixture[
     assert main(["jobs", "top", job.job_id, "--watch"]) == 0  # ended: prints once, returns
     out = capsys.readouterr()
     assert "CPU %" in out.out and "MiB" in out.out and "NVML not available" in out.err
+
+
+def test_gpu_samples_come_from_nvml_as_it_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU or driver here, so a stand-in ``pynvml`` module answers as NVML does (the
+    one stand-in in this file); a value it refuses stays None, and a failing nvmlInit
+    means no GPU telemetry at all."""
+
+    class Nvml(types.ModuleType):
+        fail_init = False
+
+        def nvmlInit(self) -> None:  # NVML's own names
+            if self.fail_init:
+                raise RuntimeError("NVML Shared Library Not Found")
+
+        def nvmlDeviceGetCount(self) -> int:
+            return 2
+
+        def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+            return i
+
+        def nvmlDeviceGetName(self, h: int) -> bytes:
+            return b"NVIDIA H100 80GB HBM3"
+
+        def nvmlDeviceGetUtilizationRates(self, h: int) -> types.SimpleNamespace:
+            if h == 1:
+                raise RuntimeError("Not Supported")  # e.g. a MIG instance
+            return types.SimpleNamespace(gpu=87, memory=40)
+
+        def nvmlDeviceGetMemoryInfo(self, h: int) -> types.SimpleNamespace:
+            return types.SimpleNamespace(used=30 << 30, total=80 << 30)
+
+    nvml = Nvml("pynvml")
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    gpus = telemetry.Gpus().read()
+    assert gpus == [
+        telemetry.GpuSample(0, "NVIDIA H100 80GB HBM3", 87.0, 30 << 30, 80 << 30),
+        telemetry.GpuSample(1, "NVIDIA H100 80GB HBM3", None, 30 << 30, 80 << 30),
+    ]
+    nvml.fail_init = True
+    absent = telemetry.Gpus()
+    assert absent.read() is None and absent.note == telemetry.NO_NVML
