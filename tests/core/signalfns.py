@@ -19,12 +19,18 @@ def wait_for_signal(path: str, name: str = "SIGUSR1", seconds: float = 60.0) -> 
             fh.write(f"{signal.Signals(signum).name} {os.getpid()}\n")
 
     signal.signal(signal.Signals[name], handler)
-    open(f"{path}.ready", "w").close()
+    open(f"{path}.ready.{os.getpid()}", "w").close()  # one per process (worker)
     deadline = time.monotonic() + seconds
     while not hits and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(1.5)
     return len(hits)
+
+
+def ready(path: str) -> int:
+    """How many processes ``wait_for_signal(path)`` has installed its handler in."""
+    folder, name = os.path.split(path)
+    return sum(1 for n in os.listdir(folder) if n.startswith(f"{name}.ready."))
 
 
 def wait_for_file(path: str, seconds: float = 60.0) -> str:

@@ -17,7 +17,7 @@ from kinetic_core import layout, signals, signing
 from kinetic_core.cli import main
 from kinetic_core.polling import poll_ticks
 from kinetic_core.storage import open_storage
-from tests.core import signalfns
+from tests.core import signalfns, slice_runs
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +35,7 @@ def until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
 def ready_job(tmp_path: Path, name: str = "SIGUSR1") -> tuple[kc.JobHandle, Path]:
     marks = tmp_path / "handled.txt"
     job = kc.submit(signalfns.wait_for_signal, (str(marks), name))
-    until(lambda: Path(f"{marks}.ready").exists(), "the job's handler")
+    until(lambda: signalfns.ready(str(marks)) >= 1, "the job's handler")
     until(lambda: job.status() is kc.JobStatus.RUNNING, "the job to run")
     return job, marks
 
@@ -143,3 +143,36 @@ def test_cli_signal(storage_uri: str, tmp_path: Path, capsys: pytest.CaptureFixt
     assert job.result(timeout=60) == 1 and len(marks.read_text().splitlines()) == 1
     assert main(["jobs", "signal", job.job_id, "10", "--json"]) == 2  # ended: refused
     assert "SUCCEEDED" in capsys.readouterr().err
+
+
+def test_a_multi_host_job_signals_one_worker_or_another(
+    storage_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four real runners of one 4-worker job: ``worker=k`` reaches worker k's function
+    only; each worker acks its own request."""
+    slice_runs.register(monkeypatch)
+    marks = tmp_path / "handled.txt"
+    job = slice_runs.as_slice(
+        kc.submit(
+            signalfns.wait_for_signal,
+            (str(marks),),
+            target={"backend": "scripted", "env": {signals.POLL_ENV: "0.2"}},
+        )
+    )
+    procs = [slice_runs.start_worker(storage_uri, job.job_id, k) for k in range(4)]
+    try:
+        until(lambda: signalfns.ready(str(marks)) == 4, "every worker's handler")
+        req = job.send_signal("SIGUSR1", worker=2, wait=True, timeout=60)
+        assert [(a.worker, a.delivered) for a in req.acks] == [(2, True)], req
+        assert len(marks.read_text().splitlines()) == 1  # worker 2's function only
+        for k in (0, 1, 3):
+            assert job.send_signal("USR1", worker=k, wait=True, timeout=60).delivered
+        assert [slice_runs.finish(p)[0] for p in procs] == [0] * 4
+    finally:
+        for p in procs:
+            p.kill()
+    pids = {line.split()[1] for line in marks.read_text().splitlines()}
+    assert len(pids) == 4  # one handler run in each worker's process
+    assert job.result(timeout=60, cleanup=False) == 1
+    with pytest.raises(kc.ConfigError, match="worker"):
+        job.send_signal("USR1", worker=4)

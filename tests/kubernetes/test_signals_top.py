@@ -33,7 +33,7 @@ def test_a_signal_reaches_the_pods_runner_and_top_reads_its_samples(
     )
     marks = tmp_path / "handled.txt"
     job = kc.submit(signalfns.wait_for_signal, (str(marks), "SIGUSR1"), target=target)
-    until(lambda: Path(f"{marks}.ready").exists(), "the pod's function to install its handler")
+    until(lambda: signalfns.ready(str(marks)) >= 1, "the pod's function to install its handler")
     until(lambda: job.status() is kc.JobStatus.RUNNING, "the job to read RUNNING")
     req = job.send_signal("SIGUSR1", wait=True, timeout=120)
     assert req.delivered and [a.worker for a in req.acks] == [0], req
