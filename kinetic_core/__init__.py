@@ -63,6 +63,11 @@ _EXPORTS = {
     "sync_outputs": "kinetic_core.outputs",
     "worker": "kinetic_core.workers",
     "Worker": "kinetic_core.workers",
+    "SignalAck": "kinetic_core.signals",
+    "SignalRequest": "kinetic_core.signals",
+    "GpuSample": "kinetic_core.telemetry",
+    "JobTop": "kinetic_core.telemetry",
+    "WorkerSample": "kinetic_core.telemetry",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -85,6 +90,7 @@ _EXPORTS = {
             "JobCancelled",
             "JobFailed",
             "ResultNotAvailable",
+            "SignalRefused",
             "RemoteError",
             "BatchError",
         )
@@ -140,6 +146,7 @@ if TYPE_CHECKING:
         RequirementsFailed,
         ResultNotAvailable,
         SerializationError,
+        SignalRefused,
         StorageError,
         SubmissionError,
         SubmissionRefused,
@@ -163,8 +170,10 @@ if TYPE_CHECKING:
         run_in_background,
         shared_poller,
     )
+    from kinetic_core.signals import SignalAck, SignalRequest
     from kinetic_core.states import ChildStatus, JobState, JobStatus
     from kinetic_core.status import resolve_states
     from kinetic_core.submission import asubmit, submit
+    from kinetic_core.telemetry import GpuSample, JobTop, WorkerSample
     from kinetic_core.termination import cancel_on_termination, install_termination_handler
     from kinetic_core.workers import Worker, worker

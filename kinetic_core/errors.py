@@ -155,6 +155,12 @@ class JobFailed(KineticError):
         self.log_tail = log_tail
 
 
+class SignalRefused(KineticError, ValueError):
+    """``send_signal`` refused: the signal would stop or kill the job (SIGTERM: use
+    ``cancel()``), or the job is not running (ended, or not started yet). Nothing was
+    written; the message says what to do instead."""
+
+
 class ResultNotAvailable(KineticError):
     """The result was already collected and cleaned up."""
 
