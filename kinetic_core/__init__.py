@@ -58,6 +58,9 @@ _EXPORTS = {
     "sync_outputs": "kinetic_core.outputs",
     "worker": "kinetic_core.workers",
     "Worker": "kinetic_core.workers",
+    "PortForward": "kinetic_core.ports",
+    "PortSpec": "kinetic_core.ports",
+    "parse_ports": "kinetic_core.ports",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -70,6 +73,7 @@ _EXPORTS = {
             "StorageError",
             "BackendError",
             "JobNotFound",
+            "JobNotRunning",
             "CorruptRecord",
             "PayloadIntegrityError",
             "JobSetupError",
@@ -126,6 +130,7 @@ if TYPE_CHECKING:
         JobCancelled,
         JobFailed,
         JobNotFound,
+        JobNotRunning,
         JobSetupError,
         KineticError,
         PayloadIntegrityError,
@@ -154,6 +159,7 @@ if TYPE_CHECKING:
         run_in_background,
         shared_poller,
     )
+    from kinetic_core.ports import PortForward, PortSpec, parse_ports
     from kinetic_core.states import ChildStatus, JobState, JobStatus
     from kinetic_core.status import resolve_states
     from kinetic_core.submission import asubmit, submit
