@@ -5,9 +5,9 @@ job (``JobHandle.port_forward``, ``kinetic jobs port-forward``).
 Why here and not in a backend: parsing a spec and relaying bytes are the same for every
 backend; a backend only says how one connection reaches the job's port (``connect``).
 Each accepted connection gets its own upstream (a Kubernetes port-forward stream carries
-one connection). The local side's end of input is not passed on: a Kubernetes
-port-forward websocket has no half-close, so a client's EOF would cut off the answer;
-the connection ends when the job's side ends it.
+one connection). The local side's end of input is passed on only to an upstream that can
+half-close (has ``shutdown``): a Kubernetes port-forward websocket (v4) cannot, and
+closing it would cut off the answer; the connection ends when the job's side ends it.
 """
 
 from __future__ import annotations
@@ -162,8 +162,8 @@ class Relay(PortForward):
             thread.start()
 
     def close(self) -> None:
-        if self._closed.is_set():
-            return
+        """Stop listening and end every relayed connection (also after the forward ended
+        by itself: its listeners are closed here)."""
         self._closed.set()
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
@@ -225,6 +225,9 @@ class Relay(PortForward):
                     if key.fileobj is not conn:
                         return  # the job's side ended: so does the connection
                     sel.unregister(conn)  # the client's EOF: keep reading the answer
+                    if half_close := getattr(upstream, "shutdown", None):
+                        with contextlib.suppress(OSError):
+                            half_close(socket.SHUT_WR)
 
 
 def _listen(ports: list[PortSpec]) -> list[socket.socket]:

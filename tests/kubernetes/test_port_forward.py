@@ -70,6 +70,12 @@ def test_port_forward_reaches_the_jobs_server_connection_after_connection(
             assert get(forward.url(port) + "/again") == page  # a second connection
             assert forward.ended is None
             assert forwards_audited(k8s_cluster, forward.pod) == 2  # through the API server
+            job.cancel()  # its pod goes: the next connection ends the forward, saying why
+            with socket.create_connection(("127.0.0.1", local), timeout=30) as conn:
+                assert conn.recv(10) == b""
+            assert forward.wait(timeout=60)
+            assert forward.ended is not None and f"pod {forward.pod}" in forward.ended
+            assert "is gone" in forward.ended
         with pytest.raises(OSError):  # closed: nothing listens any more
             socket.create_connection(("127.0.0.1", local), timeout=5).close()
     finally:

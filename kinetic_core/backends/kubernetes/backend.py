@@ -27,6 +27,7 @@ from kinetic_core.backends.kubernetes.manifest import (
 )
 from kinetic_core.backends.kubernetes.pod_logs import POD_LINES, JobLog
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
+from kinetic_core.backends.kubernetes.port_forward import port_forward
 from kinetic_core.backends.kubernetes.slice_states import jobset_state
 from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
 from kinetic_core.config import DEFAULT_STORAGE, Target
@@ -339,9 +340,7 @@ class KubernetesBackend:
         self, job_id: str, ports: list[PortSpec], worker: int | None = None
     ) -> PortForward:
         """Forward local ports to the job's running pod (``port_forward.py``)."""
-        from kinetic_core.backends.kubernetes.port_forward import port_forward
-
-        return port_forward(self, job_id, ports, worker)
+        return port_forward(self.client, job_id, self.job_pods(job_id, worker), ports, worker)
 
     def _pod_log(self, pod: str, **query: Any) -> str | None:
         """The kinetic container's log (a pod may hold sidecars); None when the pod is gone

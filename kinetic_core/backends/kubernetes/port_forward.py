@@ -18,14 +18,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kinetic_core.backends.kubernetes.client import api_errors, permission_denied
+from kinetic_core.backends.kubernetes.client import KubeClient, api_errors, permission_denied
 from kinetic_core.errors import BackendError, ConfigError, JobNotRunning, PermissionDenied
 from kinetic_core.ports import ForwardEnded, PortForward, PortSpec, Relay
-
-if TYPE_CHECKING:
-    from kinetic_core.backends.kubernetes.backend import KubernetesBackend
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +56,7 @@ def running_pod(pods: list[dict[str, Any]], job_id: str, worker: int | None) -> 
     )
 
 
-def _check_allowed(backend: KubernetesBackend, pod: str) -> None:
+def _check_allowed(kube: KubeClient, pod: str) -> None:
     """PermissionDenied when RBAC will refuse the websocket upgrade (verb ``get``). A server
     that does not answer the review (or refuses it) is not checked: the upgrade will say."""
     review = {
@@ -67,7 +64,7 @@ def _check_allowed(backend: KubernetesBackend, pod: str) -> None:
         "kind": "SelfSubjectAccessReview",
         "spec": {
             "resourceAttributes": {
-                "namespace": backend.namespace,
+                "namespace": kube.namespace,
                 "verb": "get",
                 "resource": "pods",
                 "subresource": "portforward",
@@ -76,18 +73,18 @@ def _check_allowed(backend: KubernetesBackend, pod: str) -> None:
         },
     }
     try:
-        answer = backend.client.call("POST", _REVIEWS, body=review, what="review pods/portforward")
+        answer = kube.call("POST", _REVIEWS, body=review, what="review pods/portforward")
     except (BackendError, ConfigError) as exc:
         log.debug("kinetic: cannot review pods/portforward permission: %s", exc)
         return
     if not answer.get("status", {}).get("allowed"):
         raise PermissionDenied(
             f"Kubernetes denies these credentials permission to port-forward to pod {pod} in "
-            f"namespace {backend.namespace} (verb get on {RESOURCE}): {RULE_HINT}. The "
+            f"namespace {kube.namespace} (verb get on {RESOURCE}): {RULE_HINT}. The "
             "credentials are valid: refreshing the kubeconfig will not help.",
             verb="get",
             resource=RESOURCE,
-            namespace=backend.namespace,
+            namespace=kube.namespace,
         )
 
 
@@ -123,15 +120,15 @@ class PodStreams:
     one stream at a time for the same reason."""
 
     def __init__(
-        self, backend: KubernetesBackend, pod: str, job_id: str, on_error: Callable[[str], None]
+        self, kube: KubeClient, pod: str, job_id: str, on_error: Callable[[str], None]
     ) -> None:
         from kubernetes import client
 
-        self.backend = backend
+        self.kube = kube
         self.pod = pod
         self.job_id = job_id
         self.on_error = on_error
-        self._api = client.ApiClient(configuration=backend.client.api.configuration)
+        self._api = client.ApiClient(configuration=kube.api.configuration)
         self._core = client.CoreV1Api(self._api)
         self._lock = threading.Lock()
 
@@ -146,7 +143,7 @@ class PodStreams:
                     forward = portforward(
                         self._core.connect_get_namespaced_pod_portforward,
                         self.pod,
-                        self.backend.namespace,
+                        self.kube.namespace,
                         ports=str(remote),
                     )
             except BackendError as exc:
@@ -162,14 +159,15 @@ class PodStreams:
         bad = exc.__context__
         status = getattr(bad, "status_code", None)
         body = (getattr(bad, "resp_body", None) or b"").decode("utf-8", "replace")
-        path = f"/api/v1/namespaces/{self.backend.namespace}/pods/{self.pod}/portforward"
+        path = f"/api/v1/namespaces/{self.kube.namespace}/pods/{self.pod}/portforward"
         if status == 403:
-            denied = permission_denied(body, "GET", path, self.backend.namespace)
+            denied = permission_denied(body, "GET", path, self.kube.namespace)
             return ForwardEnded(f"{denied} ({RULE_HINT})")
         if status == 404:
             return ForwardEnded(
                 f"pod {self.pod} of job {self.job_id} is gone (the job ended, or its pod was "
-                "replaced): port-forward stopped; start it again once the job runs."
+                "replaced): port-forward stopped; start it again once the job runs. The API "
+                f"server said: {body.strip()[:300]}"
             )
         if status == 401:
             return ForwardEnded(
@@ -188,7 +186,7 @@ class PodForward(Relay):
         self.streams = streams
         self.pod = streams.pod
         super().__init__(ports, streams.connect, on_error=streams.on_error)
-        self.note = f"forwarding to pod {streams.pod} (namespace {streams.backend.namespace})"
+        self.note = f"forwarding to pod {streams.pod} (namespace {streams.kube.namespace})"
 
     def close(self) -> None:
         super().close()
@@ -196,13 +194,14 @@ class PodForward(Relay):
 
 
 def port_forward(
-    backend: KubernetesBackend,
+    kube: KubeClient,
     job_id: str,
+    pods: list[dict[str, Any]],
     ports: list[PortSpec],
     worker: int | None = None,
     on_error: Callable[[str], None] = log.warning,
 ) -> PortForward:
-    """Forward ``ports`` to the job's running pod (worker ``worker`` of a multi-host job)."""
-    pod = running_pod(backend.job_pods(job_id, worker), job_id, worker)
-    _check_allowed(backend, pod)
-    return PodForward(PodStreams(backend, pod, job_id, on_error), ports)
+    """Forward ``ports`` to the running one of the job's ``pods`` (of worker ``worker``)."""
+    pod = running_pod(pods, job_id, worker)
+    _check_allowed(kube, pod)
+    return PodForward(PodStreams(kube, pod, job_id, on_error), ports)
