@@ -22,7 +22,10 @@ kubelet's part of the contract with the API server closely enough for batch/v1 J
   node's pods, the Node object deleted, its pods garbage-collected as the pod GC does
   (see ``delete_node``);
 * serves ``/containerLogs/{ns}/{pod}/{container}`` over HTTPS, so ``read_namespaced_pod_log``
-  works through the API server (follow, tailLines, timestamps, sinceSeconds, limitBytes).
+  works through the API server (follow, tailLines, timestamps, sinceSeconds, limitBytes);
+* serves the kubelet's websocket port-forward, ``/portForward/{ns}/{pod}?port=P``, which the
+  API server's ``pods/portforward`` proxies to (``PortForwardStream``): each port a TCP
+  connection to 127.0.0.1:P, since pods share this host's network (see README.md).
 
 API access is plain REST over urllib3 (kubeconfig loaded with the kubernetes client): the
 generated client's PATCH defaults to JSON-patch and its typed models would reformat the
