@@ -4,6 +4,7 @@ The Kubernetes path: tests/kubernetes/test_port_forward.py."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import socketserver
 import threading
@@ -111,6 +112,7 @@ def test_a_local_jobs_port_is_already_local(
         with job.port_forward("16006:6006") as forward:
             assert forward.already_local and forward.local_port(6006) == 6006
             assert "already local, at localhost:6006" in forward.note
+        assert asyncio.run(job.aport_forward(":9000")).local_port(9000) == 9000  # the twin
         assert main(["jobs", "port-forward", job.job_id, "6006", "8080"]) == 0
         out = capsys.readouterr().out
         assert "already local, at localhost:6006, localhost:8080" in out

@@ -10,7 +10,10 @@ import time
 
 def serve_page(port: int, seconds: float) -> str:
     """Serve ``/`` (a page naming this job) on 127.0.0.1:``port`` for ``seconds``: what
-    TensorBoard does in a training job. Pods of the test cluster share the host's network."""
+    TensorBoard does in a training job. Pods of the test cluster share the host's network,
+    so worker k of a slice serves on ``port + k``."""
+    rank = int(os.environ.get("KINETIC_WORKER_INDEX") or 0)
+    port += rank
     page = f"hello from job {os.environ.get('KINETIC_JOB_ID')}\n".encode()
 
     class Page(http.server.BaseHTTPRequestHandler):

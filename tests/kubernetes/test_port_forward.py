@@ -19,6 +19,7 @@ import pytest
 from cluster.cluster import KINETIC_RULES, TestCluster
 
 import kinetic_core as kc
+from kinetic_core.backends.kubernetes import KubernetesBackend
 from kinetic_core.polling import poll_ticks
 
 
@@ -33,13 +34,15 @@ def get(url: str) -> str:
         return str(answer.read().decode())
 
 
-def serving(kube: kc.Target, seconds: float = 120) -> tuple[kc.JobHandle, int]:
-    """A running job that serves its page on a free port of the node, once it says so."""
+def serving(kube: kc.Target, seconds: float = 120, worker: int = 0) -> tuple[kc.JobHandle, int]:
+    """A running job that serves its page on a free port of the node (worker k of a slice on
+    that port + k), once it says so."""
     port = free_port()
     target = kube.merge({"pickle_by_value": ["k8s_fns", "portfwd_fns"]})
     job = kc.submit(portfwd_fns.serve_page, (port, seconds), target=target)
-    for _ in poll_ticks(interval=0.25, timeout=90, describe=lambda: "the job's server"):
-        if f"serving on port {port}" in job.logs():
+    at = None if job.workers == 1 else worker
+    for _ in poll_ticks(interval=0.25, timeout=120, describe=lambda: "the job's server"):
+        if f"serving on port {port + worker}" in job.logs(worker=at):
             break
     return job, port
 
@@ -71,6 +74,10 @@ def test_port_forward_reaches_the_jobs_server_connection_after_connection(
             assert forward.ended is None
             assert forwards_audited(k8s_cluster, forward.pod) == 2  # through the API server
             job.cancel()  # its pod goes: the next connection ends the forward, saying why
+            admin = KubernetesBackend(kube.resolve())
+            for _ in poll_ticks(interval=0.25, timeout=60, describe=lambda: "the pod to go"):
+                if not admin.job_pods(job.job_id):
+                    break
             with socket.create_connection(("127.0.0.1", local), timeout=30) as conn:
                 assert conn.recv(10) == b""
             assert forward.wait(timeout=60)
@@ -142,5 +149,23 @@ def test_missing_pods_portforward_rule_is_named_then_the_documented_rule_suffice
             with contextlib.suppress(kc.PermissionDenied), job.port_forward(f":{port}") as forward:
                 assert get(forward.url(port)) == f"hello from job {job.job_id}\n"
                 break
+    finally:
+        job.cancel()
+
+
+@pytest.mark.timeout(300)
+def test_worker_k_of_a_slice_is_forwarded_to_its_own_pod(
+    kube: kc.Target, k8s_cluster: TestCluster
+) -> None:
+    job, port = serving(kube.merge({"accelerator": "tpu-v5e-16"}), worker=2)
+    try:
+        assert job.workers == 4
+        with job.port_forward(f":{port + 2}", worker=2) as forward:
+            assert get(forward.url(port + 2)) == f"hello from job {job.job_id}\n"
+            pods = KubernetesBackend(kube.resolve()).job_pods(job.job_id, 2)
+            assert forward.pod in [p["metadata"]["name"] for p in pods]  # worker 2's own pod
+            assert forwards_audited(k8s_cluster, forward.pod) == 1
+        with pytest.raises(kc.ConfigError, match="worker=4"):
+            job.port_forward(f":{port}", worker=4)
     finally:
         job.cancel()
