@@ -6,6 +6,7 @@ that is over, and credentials without the ``pods/portforward`` rule, are refused
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import subprocess
@@ -60,7 +61,7 @@ def forwards_audited(cluster: TestCluster, pod: str) -> int:
 
 
 def test_port_forward_reaches_the_jobs_server_connection_after_connection(
-    kube: kc.Target, k8s_cluster: TestCluster
+    kube: kc.Target, k8s_cluster: TestCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     job, port = serving(kube)
     try:
@@ -73,6 +74,12 @@ def test_port_forward_reaches_the_jobs_server_connection_after_connection(
             assert get(forward.url(port) + "/again") == page  # a second connection
             assert forward.ended is None
             assert forwards_audited(k8s_cluster, forward.pod) == 2  # through the API server
+            unused = free_port()
+            with job.port_forward(f":{unused}") as nobody, caplog.at_level(logging.WARNING):
+                with socket.create_connection(("127.0.0.1", nobody.local_port(unused))) as conn:
+                    assert conn.recv(10) == b""  # dropped, with the kubelet's words logged
+                assert f"failed to connect to localhost:{unused}" in caplog.text
+                assert nobody.ended is None  # the forward stays up for the next connection
             job.cancel()  # its pod goes: the next connection ends the forward, saying why
             admin = KubernetesBackend(kube.resolve())
             for _ in poll_ticks(interval=0.25, timeout=60, describe=lambda: "the pod to go"):
