@@ -68,6 +68,9 @@ _EXPORTS = {
     "GpuSample": "kinetic_core.telemetry",
     "JobTop": "kinetic_core.telemetry",
     "WorkerSample": "kinetic_core.telemetry",
+    "PortForward": "kinetic_core.ports",
+    "PortSpec": "kinetic_core.ports",
+    "parse_ports": "kinetic_core.ports",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -81,6 +84,7 @@ _EXPORTS = {
             "StorageError",
             "BackendError",
             "JobNotFound",
+            "JobNotRunning",
             "CorruptRecord",
             "PayloadIntegrityError",
             "JobSetupError",
@@ -138,6 +142,7 @@ if TYPE_CHECKING:
         JobCancelled,
         JobFailed,
         JobNotFound,
+        JobNotRunning,
         JobSetupError,
         KineticError,
         PayloadIntegrityError,
@@ -170,6 +175,7 @@ if TYPE_CHECKING:
         run_in_background,
         shared_poller,
     )
+    from kinetic_core.ports import PortForward, PortSpec, parse_ports
     from kinetic_core.signals import SignalAck, SignalRequest
     from kinetic_core.states import ChildStatus, JobState, JobStatus
     from kinetic_core.status import resolve_states

@@ -91,6 +91,11 @@ class BackendError(KineticError):
         self.transient = transient
 
 
+class JobNotRunning(KineticError):
+    """The job has no running process to reach (port-forward): it is still pending, or it
+    has ended. The message says which."""
+
+
 class JobNotFound(KineticError, LookupError):
     """No job with that id exists under the storage root."""
 

@@ -30,6 +30,7 @@ from kinetic_core.errors import (
     JobCancelled,
     JobFailed,
     JobNotFound,
+    JobNotRunning,
     KineticError,
     ResultNotAvailable,
     WaitTimeout,
@@ -56,6 +57,7 @@ from kinetic_core.polling import (
     shared_poller,
     wait_states,
 )
+from kinetic_core.ports import PortForward, parse_ports
 from kinetic_core.records import decide, read_outcome, try_write_record
 from kinetic_core.states import JobState, JobStatus
 from kinetic_core.status import backend_for, resolve_states
@@ -373,6 +375,35 @@ class JobHandle:
             best_effort=best_effort,
             worker=worker,
         )
+
+    # ---- reach ----------------------------------------------------------------------------
+    def port_forward(self, *ports: str | int, worker: int = 0) -> PortForward:
+        """Forward local ports to the job's ports while it runs, as ``kubectl port-forward``
+        (TensorBoard, a profiler): ``"16006:6006"``, ``6006`` (same both sides), ``":6006"``
+        (any free local port). A context manager; ``local_port(remote)`` says where to
+        connect. ``worker``: which worker of a multi-host job. A backend whose jobs run on
+        this machine opens nothing: ``already_local`` is True, ``note`` says where. The
+        job must be RUNNING (JobNotRunning otherwise)."""
+        specs = parse_ports(ports)
+        check_worker(self.job_id, worker, self.workers)
+        state = self.state()
+        if state.status is not JobStatus.RUNNING:
+            why = ": ".join(x for x in (state.reason, state.message) if x)
+            raise JobNotRunning(
+                f"job {self.job_id} is {state.status.value}"
+                + (f" ({why})" if why else "")
+                + ": nothing to forward to. "
+                + ("Its ports open once it runs." if not state.terminal else "It has ended.")
+            )
+        forward = getattr(backend_for(self), "port_forward", None)
+        if forward is None:
+            raise ConfigError(
+                f"the {self.target.get('backend')} backend cannot forward ports to a job."
+            )
+        result: PortForward = forward(state.job_id, specs, worker if self.workers > 1 else None)
+        return result
+
+    aport_forward = in_thread(port_forward)
 
     # ---- collect --------------------------------------------------------------------------
     def result(

@@ -360,3 +360,39 @@ def _bytes(value: int | None) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size:.1f} GiB"  # pragma: no cover
+
+
+@jobs.command("port-forward")
+@job_id_argument
+@click.argument("ports", nargs=-1, required=True, metavar="[LOCAL]:REMOTE|PORT...")
+@click.option(
+    "--worker",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Forward to worker N of a multi-host job.",
+)
+@click.pass_context
+def port_forward(ctx: click.Context, job_id: str, ports: tuple[str, ...], worker: int) -> int:
+    """Forward local ports to a running job's ports (TensorBoard, a profiler) until Ctrl-C.
+
+    Each port is LOCAL:REMOTE, PORT (the same number on both sides) or :REMOTE (any free
+    local port), as kubectl port-forward takes them; only 127.0.0.1 listens. On Kubernetes
+    through the API server's pod port-forward (RBAC: pods/portforward get, create); a
+    local-backend job's ports are already on localhost (said, exit 0). Exit 1 when the
+    forward stops by itself (the job's pod went away)."""
+    handle = kc.attach(job_id, target=target_of(ctx))
+    forward = handle.port_forward(*ports, worker=worker)
+    if forward.already_local:
+        click.echo(f"{handle.job_id}: {forward.note}")
+        return DONE
+    with forward:
+        for spec in forward.ports:
+            click.echo(f"Forwarding from 127.0.0.1:{spec.local} -> {spec.remote}")
+        render.hint(f"{handle.job_id}: {forward.note}; Ctrl-C stops.")
+        try:
+            forward.wait()
+        except KeyboardInterrupt:
+            return DONE
+    return JOB_FAILED if forward.ended else DONE
