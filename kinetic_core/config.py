@@ -25,6 +25,11 @@ STORAGE_SCHEMES = tuple(f"{scheme}://" for scheme in registry.STORAGE)
 SECRET_FIELDS = frozenset({"signing_key"})
 #: Seconds before a job that vanished from its backend reads Lost (``lost_grace``).
 DEFAULT_LOST_GRACE = 120.0
+#: How long ``debug=True`` keeps a failed job's processes or pod at most (24 h; debugging.py).
+DEBUG_HOLD = 24 * 3600
+#: What the Kubernetes manifest of a debug job sets on its runner container, so that a held
+#: runner can say how to ``kubectl exec`` into it (pod, namespace, container).
+DEBUG_POD_ENV = ("KINETIC_POD_NAME", "KINETIC_POD_NAMESPACE", "KINETIC_CONTAINER")
 DEFAULT_STORAGE = "file://~/.kinetic"
 # Per-job choices, never read from KINETIC_*: inside a job KINETIC_OUTPUT_DIR is the job's own
 # folder (a job that submits another must not hand it that), and a stray KINETIC_DEBUG

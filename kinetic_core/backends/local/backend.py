@@ -34,8 +34,7 @@ import kinetic_core.backends.local.launch_record as launch_record
 import kinetic_core.backends.local.zygote as zygote
 from kinetic_core import layout, signing
 from kinetic_core.backends import BackendState, LaunchSpec
-from kinetic_core.config import Target
-from kinetic_core.debugging import DEBUG_HOLD
+from kinetic_core.config import DEBUG_HOLD, Target
 from kinetic_core.errors import SubmissionError
 from kinetic_core.ids import validate_id
 from kinetic_core.ports import PortForward, PortSpec, already_local
