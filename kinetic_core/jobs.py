@@ -773,7 +773,10 @@ def load_handle(storage: Storage, job_id: str, signing_key: str | None = None) -
 
 
 def _same_root(a: str, b: str) -> bool:
-    """Two storage URIs name one root (file:// paths compared after resolving links)."""
+    """Two storage URIs name one root (file:// paths compared after resolving links; the
+    same text needs no resolving, which is what listing thousands of handles meets)."""
+    if a == b:
+        return True
     if a.startswith("file://") and b.startswith("file://"):
         return os.path.realpath(a[len("file://") :]) == os.path.realpath(b[len("file://") :])
     return a.rstrip("/") == b.rstrip("/")
