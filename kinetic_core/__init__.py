@@ -63,6 +63,9 @@ _EXPORTS = {
     "sync_outputs": "kinetic_core.outputs",
     "worker": "kinetic_core.workers",
     "Worker": "kinetic_core.workers",
+    "Usage": "kinetic_core.usage",
+    "AttemptUsage": "kinetic_core.usage",
+    "usage_summary": "kinetic_core.usage",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -167,4 +170,5 @@ if TYPE_CHECKING:
     from kinetic_core.status import resolve_states
     from kinetic_core.submission import asubmit, submit
     from kinetic_core.termination import cancel_on_termination, install_termination_handler
+    from kinetic_core.usage import AttemptUsage, Usage, usage_summary
     from kinetic_core.workers import Worker, worker
