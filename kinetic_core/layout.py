@@ -15,6 +15,7 @@ jobs/{job_id}/logs/{worker}/{seq:08d}.log  its bytes in chunks of exactly the ch
                                  last one shorter, rewritten as it grows); worker: worker-0, ...
 jobs/{job_id}/history/{status}-{reason}.json  one create-only record per observed transition
 jobs/{job_id}/superseded.json    create-only: the attempt that recovered this one
+jobs/{job_id}/usage.json         create-only: what the ended attempt used (usage.py)
 keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids are probed)
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
@@ -53,6 +54,7 @@ COLLECTED = "collected.json"
 LAUNCHED = "launched.json"  # the backend accepted the job (a later "not found" means deleted)
 LOG = "output.log"
 SUPERSEDED = "superseded.json"
+USAGE = "usage.json"
 HISTORY = "history"
 LOGS = "logs"
 LOG_STREAM = "stream.json"

@@ -31,7 +31,7 @@ from typing import Any
 
 from kinetic_core import layout, recovery, signing
 from kinetic_core.backends.kubernetes.accelerators import accelerator_spec
-from kinetic_core.config import price_table
+from kinetic_core.config import price_table as check_prices
 from kinetic_core.errors import ConfigError, StorageError
 from kinetic_core.records import read_json, read_outcome
 from kinetic_core.states import JobStatus
@@ -49,7 +49,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-USAGE = "usage.json"
 USAGE_VERSION = 1
 PRICES_ENV = "KINETIC_PRICES"
 _FAMILY = re.compile(r"^(gpu-[a-z0-9-]+?)x\d+$|^(tpu-[a-z0-9]+)-\d+$")
@@ -149,13 +148,13 @@ def prices_for(target: dict[str, Any], prices: Any = None) -> dict[str, Any] | N
     job's target's (as submitted: a connection's or block's table travels with the job),
     else ``KINETIC_PRICES`` here (JSON, or a file path); None: no cost."""
     if prices is not None:
-        return price_table(prices)
+        return check_prices(prices)
     if target.get("prices") is not None:
-        return price_table(target["prices"])
+        return check_prices(target["prices"])
     raw = os.environ.get(PRICES_ENV, "")
     if not raw.strip():
         return None
-    return price_table(raw)  # JSON text, or the path of a JSON/YAML file
+    return check_prices(raw)  # JSON text, or the path of a JSON/YAML file
 
 
 def _price(prices: dict[str, Any], accelerator: str | None, spot: bool) -> float | None:
@@ -271,12 +270,12 @@ _FIELDS = {
 def _recorded(storage: Storage, job_id: str, key: str | None) -> dict[str, Any] | None:
     """The attempt's ``usage.json`` if it is this job's, well formed and (with a signing
     key) validly signed; None otherwise (then it is recomputed, not trusted)."""
-    data = read_json(storage, layout.job_file(job_id, USAGE))
+    data = read_json(storage, layout.job_file(job_id, layout.USAGE))
     if data is None or data.get("job_id") != job_id or data.get("version") != USAGE_VERSION:
         return None
     signature = data.pop("hmac", None)
     if key and not signing.valid(key, data, signature):
-        log.warning("kinetic: ignoring %s of job %s: unsigned or forged", USAGE, job_id)
+        log.warning("kinetic: ignoring %s of job %s: unsigned or forged", layout.USAGE, job_id)
         return None
     for name, kind in _FIELDS.items():
         value = data.get(name)
@@ -294,7 +293,9 @@ def _record(storage: Storage, facts: dict[str, Any], key: str | None) -> dict[st
         data["hmac"] = signing.mac(key, facts)
     try:
         storage.write_bytes(
-            layout.job_file(facts["job_id"], USAGE), json.dumps(data).encode(), create_only=True
+            layout.job_file(facts["job_id"], layout.USAGE),
+            json.dumps(data).encode(),
+            create_only=True,
         )
     except FileExistsError:
         return _recorded(storage, facts["job_id"], key) or facts
@@ -348,12 +349,13 @@ def job_usage(attempts: list[Any], prices: Any = None, now: float | None = None)
 def per_job(handles: Iterable[Any], price_table: Any = None) -> list[Usage]:
     """The usage of each distinct job among ``handles`` (a listing holds every attempt of
     a recovered job: each job is counted once, with all its attempts)."""
+    table = None if price_table is None else check_prices(price_table)  # read a file once
     seen: set[str] = set()
     out: list[Usage] = []
     for handle in handles:
         if handle.job_id in seen:
             continue
-        found = handle.usage(prices=price_table)
+        found = handle.usage(prices=table)
         seen.update(a.job_id for a in found.attempts)
         seen.add(handle.job_id)
         out.append(found)

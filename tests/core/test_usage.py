@@ -28,7 +28,7 @@ def _store(storage_uri: str) -> Path:
 
 
 def _record(storage_uri: str, job_id: str) -> dict[str, object]:
-    path = _store(storage_uri) / layout.job_file(job_id, "usage.json")
+    path = _store(storage_uri) / layout.job_file(job_id, layout.USAGE)
     return json.loads(path.read_text())
 
 
@@ -101,7 +101,7 @@ def test_a_running_job_is_measured_live_and_recorded_once_it_ended(
     (attempt,) = job.usage().attempts
     assert (attempt.status, attempt.ended_at) == ("RUNNING", None)
     assert attempt.started_at is not None
-    record = _store(storage_uri) / layout.job_file(job.job_id, "usage.json")
+    record = _store(storage_uri) / layout.job_file(job.job_id, layout.USAGE)
     assert not record.exists()  # nothing final to record yet
     gate.touch()
     assert job.result(timeout=60, cleanup=False) == 7
@@ -137,7 +137,7 @@ def _readers(storage_uri: str, job_id: str, n: int) -> list[subprocess.Popen[str
 def test_concurrent_readers_record_the_usage_once_and_all_report_it(storage_uri: str) -> None:
     job = kc.submit(jobfns.add, (1, 2))
     assert job.wait(timeout=60).status is kc.JobStatus.SUCCEEDED
-    path = _store(storage_uri) / layout.job_file(job.job_id, "usage.json")
+    path = _store(storage_uri) / layout.job_file(job.job_id, layout.USAGE)
     assert not path.exists()  # nobody asked yet
     procs = _readers(storage_uri, job.job_id, 6)
     for p in procs:
@@ -166,7 +166,7 @@ def test_a_forged_usage_record_is_ignored(
     a.wait(timeout=60), b.wait(timeout=60)
     honest = a.usage().attempts[0]
     forged = {**_record(storage_uri, a.job_id), "chips": 256, "chip_hours": 1000.0}
-    path_b = _store(storage_uri) / layout.job_file(b.job_id, "usage.json")
+    path_b = _store(storage_uri) / layout.job_file(b.job_id, layout.USAGE)
     path_b.write_text(json.dumps(forged))  # names job a, planted in job b's folder
     (measured,) = b.usage().attempts
     assert (measured.job_id, measured.chips, measured.chip_hours) == (b.job_id, 0, 0.0)
@@ -175,7 +175,7 @@ def test_a_forged_usage_record_is_ignored(
     monkeypatch.setenv("KINETIC_SIGNING_KEY", "usage-key")
     signed = kc.submit(jobfns.add, (5, 6))
     signed.wait(timeout=60)
-    path = _store(storage_uri) / layout.job_file(signed.job_id, "usage.json")
+    path = _store(storage_uri) / layout.job_file(signed.job_id, layout.USAGE)
     path.write_text(json.dumps({**honest.to_dict(), "job_id": signed.job_id, "version": 1}))
     (checked,) = signed.usage().attempts
     assert checked.job_id == signed.job_id
