@@ -71,6 +71,9 @@ _EXPORTS = {
     "PortForward": "kinetic_core.ports",
     "PortSpec": "kinetic_core.ports",
     "parse_ports": "kinetic_core.ports",
+    "Usage": "kinetic_core.usage",
+    "AttemptUsage": "kinetic_core.usage",
+    "usage_summary": "kinetic_core.usage",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -182,4 +185,5 @@ if TYPE_CHECKING:
     from kinetic_core.submission import asubmit, submit
     from kinetic_core.telemetry import GpuSample, JobTop, WorkerSample
     from kinetic_core.termination import cancel_on_termination, install_termination_handler
+    from kinetic_core.usage import AttemptUsage, Usage, usage_summary
     from kinetic_core.workers import Worker, worker

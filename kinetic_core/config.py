@@ -104,6 +104,9 @@ class Target:
     queue: str | None = None
     priority: str | None = None
     queue_timeout: float | None = None
+    # Cost (usage.py): accelerator -> {"on_demand": price, "spot": price} per chip-hour, an
+    # optional "currency"; or the path of a JSON/YAML file holding it (read at resolve).
+    prices: dict[str, Any] | str | None = None
     signing_key: str | None = field(default=None, repr=False)
 
     # ---- construction -------------------------------------------------------------------
@@ -185,6 +188,8 @@ class Target:
         values["storage"] = normalize_storage_uri(values["storage"] or DEFAULT_STORAGE)
         if values["output_dir"] is not None:
             values["output_dir"] = normalize_output_dir(values["output_dir"], values["storage"])
+        if values["prices"] is not None:
+            values["prices"] = price_table(values["prices"])  # a file's table travels as data
         resolved = Target(**values)
         resolved.validate()
         return resolved
@@ -212,6 +217,8 @@ class Target:
         if self.tags is not None:
             validate_tags(self.tags)
         validate_recovery(self.max_recoveries, self.recover_on_exit_codes)
+        if self.prices is not None:
+            price_table(self.prices)
 
     def _check_backend_options(self) -> None:
         """Each backend's options are checked by its kind, whatever backend this target
@@ -240,6 +247,87 @@ def validate_recovery(max_recoveries: Any, exit_codes: Any) -> None:
         raise ConfigError(
             f"recover_on_exit_codes must be a list of exit codes 1-255, got {exit_codes!r}."
         )
+
+
+PRICE_KINDS = ("on_demand", "spot")
+PRICES_SHAPE = (
+    'a dict of accelerator -> prices per chip-hour, with an optional "currency", e.g. '
+    '{"tpu-v5e-16": {"on_demand": 1.2, "spot": 0.5}, "gpu-l4": {"on_demand": 0.7}, '
+    '"currency": "USD"} (example figures, not real prices); an accelerator may be named '
+    "exactly or by its family (tpu-v5e, gpu-l4); or the path of a JSON/YAML file holding it"
+)
+
+
+def price_table(value: Any) -> dict[str, Any]:
+    """The price table ``value`` names (a dict, a JSON text, or the path of a JSON/YAML
+    file), checked: ``{accelerator: {"on_demand": float, "spot": float}, "currency": str}``
+    with at least one price per accelerator. ConfigError stating that shape otherwise."""
+    source = value
+    if isinstance(value, str):
+        value = _read_prices(value)
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"prices must be {PRICES_SHAPE}; got {source!r}.")
+    table: dict[str, Any] = {}
+    for name, prices in value.items():
+        if name == "currency":
+            if not isinstance(prices, str) or not prices.strip():
+                raise ConfigError(f"prices: currency must be a name such as USD, got {prices!r}.")
+            table["currency"] = prices.strip()
+            continue
+        if (
+            not isinstance(name, str)
+            or not name
+            or not isinstance(prices, dict)
+            or not prices
+            or set(prices) - set(PRICE_KINDS)
+        ):
+            raise ConfigError(
+                f"prices: entry {name!r}: {prices!r} is wrong; prices must be {PRICES_SHAPE}."
+            )
+        for kind, price in prices.items():
+            if (
+                not isinstance(price, int | float)
+                or isinstance(price, bool)
+                or not 0 <= price < float("inf")
+            ):
+                raise ConfigError(
+                    f"prices: {name}.{kind} must be a number >= 0 (per chip-hour), got {price!r}."
+                )
+        table[name] = {kind: float(price) for kind, price in prices.items()}
+    return table
+
+
+def _read_prices(text: str) -> Any:
+    """A price table from JSON text or from a JSON/YAML file (YAML needs PyYAML)."""
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"prices: {text[:60]!r} is not valid JSON ({exc}).") from None
+    path = Path(os.path.expanduser(text))
+    try:
+        raw = path.read_text()
+    except OSError as exc:
+        raise ConfigError(
+            f"prices: cannot read the price table file {text!r} ({exc}); give the path of "
+            f"a JSON or YAML file holding {PRICES_SHAPE}."
+        ) from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ConfigError(
+                f"prices: {text!r} is YAML, which needs PyYAML (pip install "
+                "'kinetic-workflows[kubernetes]'); or write the table as JSON."
+            ) from None
+        try:
+            return yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"prices: {text!r} is not valid YAML ({exc}).") from None
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ConfigError(f"prices: {text!r} is not valid JSON ({exc}).") from None
 
 
 def validate_num_hosts(num_hosts: Any) -> None:

@@ -62,6 +62,7 @@ from kinetic_core.records import decide, read_outcome, try_write_record
 from kinetic_core.states import JobState, JobStatus
 from kinetic_core.status import backend_for, resolve_states
 from kinetic_core.storage import Storage, open_storage
+from kinetic_core.usage import Usage, job_usage
 
 __all__ = ["JobHandle", "attach", "load_handle"]
 
@@ -704,6 +705,30 @@ class JobHandle:
         )
 
     atop = in_thread(top)
+
+    # ---- usage ----------------------------------------------------------------------------
+    def usage(self, *, prices: dict[str, Any] | str | None = None) -> Usage:
+        """What the job used, attempt by attempt across its recoveries: chips, queued and
+        running time, chip-hours split into useful and lost (see ``kinetic_core.usage``).
+        With a price table (``prices``, else the job's target's, else ``KINETIC_PRICES``:
+        a table or a JSON/YAML file path) also the cost. Reads storage only; an ended
+        attempt's figures are recorded once in its ``usage.json``."""
+        return job_usage(self._attempt_handles(), prices)
+
+    ausage = in_thread(usage)
+
+    def _attempt_handles(self) -> list[JobHandle]:
+        """The handles of every attempt of this job, oldest first (an attempt whose handle
+        is unreadable or forged is left out)."""
+        storage, found = self._storage(), []
+        for job_id, _ in self._attempts():
+            try:
+                found.append(
+                    self if job_id == self.job_id else load_handle(storage, job_id, self._key)
+                )
+            except JobNotFound:
+                continue
+        return found
 
 
 def _check_result_args(timeout: Any, on_status_change: Any, cleanup_timeout: Any) -> None:

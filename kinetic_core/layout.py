@@ -18,6 +18,7 @@ jobs/{job_id}/superseded.json    create-only: the attempt that recovered this on
 jobs/{job_id}/signals/{request}.json      create-only: a signal asked for (signals.py)
 jobs/{job_id}/signal-acks/{request}-worker-{k}.json  worker k delivered it (or said why not)
 jobs/{job_id}/telemetry/worker-{k}.json   worker k's latest telemetry sample (telemetry.py)
+jobs/{job_id}/usage.json         create-only: what the ended attempt used (usage.py)
 keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids are probed)
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
@@ -56,6 +57,7 @@ COLLECTED = "collected.json"
 LAUNCHED = "launched.json"  # the backend accepted the job (a later "not found" means deleted)
 LOG = "output.log"
 SUPERSEDED = "superseded.json"
+USAGE = "usage.json"
 HISTORY = "history"
 LOGS = "logs"
 LOG_STREAM = "stream.json"

@@ -27,6 +27,7 @@ from kinetic_core.cli.common import (
 )
 from kinetic_core.polling import poll_ticks
 from kinetic_core.storage import open_storage
+from kinetic_core.usage import combine, per_job
 
 job_id_argument = click.argument("job_id", shell_complete=complete_job_id)
 
@@ -396,3 +397,163 @@ def port_forward(ctx: click.Context, job_id: str, ports: tuple[str, ...], worker
         except KeyboardInterrupt:
             return DONE
     return JOB_FAILED if forward.ended else DONE
+
+
+# ---- usage ----------------------------------------------------------------------------------
+
+
+@jobs.command()
+@click.argument("job_id", required=False, shell_complete=complete_job_id)
+@click.option(
+    "--since",
+    type=When(),
+    help="Jobs created at or after WHEN: 30m, 2h, 7d, 2026-11-25, 2026-11-25T14:30.",
+)
+@click.option("--until", type=When(), help="Jobs created at or before WHEN (same forms).")
+@click.option(
+    "--tag",
+    "tags",
+    type=KeyValue(),
+    multiple=True,
+    shell_complete=complete_tag,
+    help="Only jobs with this tag (repeat: all of them).",
+)
+@click.option("--name", help="Only jobs with this name.")
+@click.option("--owner", help="Only jobs of this owner.")
+@click.option("--by", "by", metavar="TAGKEY", help="Sum per value of this tag (dag_id, team).")
+@click.option(
+    "--prices",
+    metavar="FILE",
+    help="Price table (JSON/YAML file) for the cost; default: each job's, else KINETIC_PRICES.",
+)
+@json_option
+@click.pass_context
+def usage(
+    ctx: click.Context,
+    job_id: str | None,
+    since: float | None,
+    until: float | None,
+    tags: tuple[tuple[str, str], ...],
+    name: str | None,
+    owner: str | None,
+    by: str | None,
+    prices: str | None,
+    as_json: bool,
+) -> int:
+    """Chip-hours, queued time and cost: one job's attempts (ID), or sums over the jobs
+    the filters match, per value of a tag with --by."""
+    if job_id is not None:
+        if since is not None or until is not None or tags or name or owner or by:
+            raise click.UsageError("give a job ID or filters (--since, --tag, --by...), not both")
+        return _job_usage(kc.attach(job_id, target=target_of(ctx)), prices, as_json)
+    listable_root(ctx)
+    handles = kc.list_jobs(
+        tags=dict(tags), name=name, owner=owner, since=since, until=until, target=target_of(ctx)
+    )
+    groups: dict[str | None, list[kc.JobHandle]] = {}
+    for handle in reversed(handles):  # oldest first: a job's first attempt leads its chain
+        groups.setdefault(handle.tags.get(by) if by else "all", []).append(handle)
+    sums = {value: per_job(group, prices) for value, group in sorted(groups.items(), key=_key)}
+    total = combine(u for group_usage in sums.values() for u in group_usage)
+    if as_json:
+        render.emit_json(
+            {
+                "by": by,
+                "groups": [
+                    {"value": v, "jobs": len(u), "usage": _sums(combine(u))}
+                    for v, u in sums.items()
+                ],
+                "total": _sums(total),
+            }
+        )
+        return DONE
+    render.console().print(_groups_table(by, sums))
+    render.console().print(_totals_line(total))
+    return DONE
+
+
+def _key(item: tuple[str | None, Any]) -> tuple[bool, str]:
+    return (item[0] is None, item[0] or "")
+
+
+def _job_usage(handle: kc.JobHandle, prices: str | None, as_json: bool) -> int:
+    found = handle.usage(prices=prices)
+    if as_json:
+        render.emit_json({"job_id": handle.job_id, **found.to_dict()})
+        return DONE
+    table = _table(handle.job_id, ["#", "accelerator", "chips", "queued", "ran", "chip-h"], 1)
+    table.add_column("ended", max_width=22, no_wrap=True, overflow="ellipsis")
+    table.add_column("cost", justify="right", no_wrap=True)
+    for a in found.attempts:
+        ended = a.status + (f" {a.reason}" if a.reason else "") + (" (lost)" if a.lost else "")
+        table.add_row(
+            str(a.attempt),
+            (a.accelerator or "cpu") + (" spot" if a.spot else ""),
+            str(a.chips),
+            render.seconds_text(a.queued_seconds),
+            render.seconds_text(a.running_seconds),
+            f"{a.chip_hours:.2f}",
+            ended,
+            _money(a.cost),
+        )
+    render.console().print(table)
+    render.console().print(_totals_line(found))
+    return DONE
+
+
+def _table(title: str, columns: list[str], wide: int) -> Any:
+    """A compact table that fits 80 columns: no vertical rules, cells never folded (the
+    ``wide`` column, a name, is cut with an ellipsis)."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    for i, col in enumerate(columns):
+        table.add_column(
+            col,
+            justify="left" if i == wide else "right",
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=22 if i == wide else None,
+        )
+    return table
+
+
+def _groups_table(by: str | None, sums: dict[str | None, list[kc.Usage]]) -> Any:
+    columns = [by or "jobs", "jobs", "chip-h", "useful", "lost", "queued", "cost"]
+    table = _table(f"usage by {by}" if by else "usage", columns, 0)
+    for value, jobs_usage in sums.items():
+        u = combine(jobs_usage)
+        table.add_row(
+            "-" if value is None else value,
+            str(len(jobs_usage)),
+            f"{u.chip_hours:.2f}",
+            f"{u.useful_chip_hours:.2f}",
+            f"{u.lost_chip_hours:.2f}",
+            render.seconds_text(u.queued_seconds),
+            _money(u.cost),
+        )
+    return table
+
+
+def _money(cost: float | None) -> str:
+    return "-" if cost is None else f"{cost:.2f}"
+
+
+def _totals_line(u: kc.Usage) -> str:
+    """``total 3.20 chip-h (useful 2.40, lost 0.80), queued 41s, ran 12m 0s, cost 1.92
+    USD``: under 80 columns."""
+    cost = (
+        "" if u.cost is None else f", cost {u.cost:.2f}" + (f" {u.currency}" if u.currency else "")
+    )
+    cpu = "" if any(a.chips for a in u.attempts) else ", CPU only"
+    return (
+        f"total {u.chip_hours:.2f} chip-h (useful {u.useful_chip_hours:.2f}, lost "
+        f"{u.lost_chip_hours:.2f}), queued {render.seconds_text(u.queued_seconds)}, ran "
+        f"{render.seconds_text(u.running_seconds)}{cost}{cpu}"
+    )
+
+
+def _sums(u: kc.Usage) -> dict[str, Any]:
+    """A sum's figures without its attempts (``jobs usage ID --json`` lists those)."""
+    return {k: v for k, v in u.to_dict().items() if k != "attempts"} | {"attempts": len(u.attempts)}
