@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +22,9 @@ from starlette.testclient import TestClient
 
 import kinetic_core as kc
 from kinetic_core import layout
+from kinetic_core.cli.app import run as cli_main
 from kinetic_core.jobs import JobHandle
+from kinetic_core.polling import poll_ticks
 from kinetic_core.storage import open_storage
 from kinetic_core.ui import create_app, is_loopback, prepare, url_of
 from kinetic_core.ui.auth import COOKIE, LoopbackHosts
@@ -427,3 +435,60 @@ def test_a_multi_worker_job_offers_each_workers_log(
     again = client.get(f"/api/jobs/{job.job_id}/logs", params={"cursor": merged["cursor"]})
     assert again.status_code == 200 and "[w0] " not in again.json()["text"]
     assert client.get(f"/api/jobs/{job.job_id}/logs", params={"worker": COUNT}).status_code == 400
+
+
+# ---- the command ------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, token: str | None = None) -> int:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_kinetic_ui_off_loopback_prints_a_generated_token_and_requires_it(
+    storage_uri: str,
+) -> None:
+    kc.submit(jobfns.add, (1, 2)).wait(timeout=60)
+    port = _free_port()
+    command = [sys.executable, "-m", "kinetic_core.cli", "--storage", storage_uri, "ui"]
+    proc = subprocess.Popen(
+        [*command, "--host", "0.0.0.0", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.fullmatch(rf"kinetic dashboard: http://0\.0\.0\.0:{port}/\?token=(\S+)\n", line)
+        assert match, line
+        token = match.group(1)
+        url = f"http://127.0.0.1:{port}/api/jobs"
+        for _ in poll_ticks(interval=0.1, timeout=60, describe=lambda: "kinetic ui to listen"):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read()
+        assert _get(url) == 401
+        assert _get(url, "not-the-token") == 401
+        assert _get(url, token) == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+def test_kinetic_ui_refuses_a_short_token(storage_uri: str) -> None:
+    kc.submit(jobfns.add, (1, 2)).wait(timeout=60)
+    code = cli_main(["--storage", storage_uri, "ui", "--token", "short"])
+    assert code == 2
