@@ -101,14 +101,16 @@ class Usage:
         """The totals of ``attempts``. ``cost`` is None without a price table, and when any
         attempt that used chips has no price (a partial sum would understate it)."""
         found = tuple(attempts)
+        # each part summed from its attempts: ``total - lost`` rounds (0.005254...34 for
+        # an attempt of 0.005254...36 chip-hours), and a part must read its attempts' figure
         lost = sum(a.chip_hours for a in found if a.lost)
-        total = sum(a.chip_hours for a in found)
+        useful = sum(a.chip_hours for a in found if not a.lost)
         costs = [a.cost for a in found]
         priced = prices is not None and all(c is not None for c in costs)
         return cls(
             attempts=found,
-            chip_hours=total,
-            useful_chip_hours=total - lost,
+            chip_hours=useful + lost,
+            useful_chip_hours=useful,
             lost_chip_hours=lost,
             queued_seconds=sum(a.queued_seconds for a in found),
             running_seconds=sum(a.running_seconds for a in found),
