@@ -1,0 +1,279 @@
+"""The job index: the newest page of jobs costs a few LISTs, not one read per job.
+
+Every job gets one create-only entry in the UTC hour bucket it was created in,
+``index/jobs/{yyyy}/{mmdd}/{hh}/{inv_ms}-{job_id}[.batch={group}].json`` (``layout``),
+written BEFORE its ``handle.json`` (``launching.create_attempt``), so every job that
+exists has an entry. How a job ended is a second create-only entry beside it,
+``{inv_ms}-{job_id}.end={status}.json``, written once its outcome is decided
+(``records.decide``). Names carry what listing needs before reading anything: the order
+(milliseconds counted down, so the newest sorts first), the job id, its batch, and how it
+ended; a LIST of one bucket is the whole page's candidates.
+
+An entry is a hint; the job's own records stay the truth. A reader reads the page's
+``handle.json`` files (the signed record), so an entry whose job is missing (a submitter
+killed between the two writes, a job removed by gc) or whose handle names another
+creation time (a racing creator lost) is dropped, and deleted once it is older than
+``GHOST_GRACE``. A missing end entry (killed after the outcome) only means the job is
+resolved like a running one, and the reader writes the entry it found missing.
+
+``index/complete.json`` says every job under ``jobs/`` has an entry: the first submit to
+an empty store writes it, ``kinetic jobs reindex`` (``listing.repair_index``) writes it for
+a store written by older versions. Without it, listing scans ``jobs/`` as before.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kinetic_core import layout
+from kinetic_core.errors import KineticError
+from kinetic_core.ids import ID_PATTERN
+from kinetic_core.storage import Storage
+
+__all__ = [
+    "GHOST_GRACE",
+    "Entry",
+    "batch_group",
+    "forget",
+    "is_complete",
+    "mark_complete",
+    "note_created",
+    "note_end",
+    "walk",
+]
+
+log = logging.getLogger(__name__)
+
+#: The tags naming a job's batch: a child's group (``jobs.BATCH_GROUP_TAG``) and a batch
+#: driver's (``batch/stager.py``). Spelled here too: this module sits below ``jobs``.
+GROUP_TAGS = ("kinetic/group-id", "kinetic/batch-driver")
+#: An entry without its job is deleted by readers only past this age (seconds): younger,
+#: its submitter may be between the entry and ``handle.json`` right now.
+GHOST_GRACE = 600.0
+BATCH = "batch="
+END = "end="
+_DIGITS = 13
+
+# Storage URIs known to be complete (the marker never goes away), and those a submit of
+# this process found incomplete (an older store: checked once, until a reindex marks it).
+_complete: set[str] = set()
+_checked: set[str] = set()
+_lock = threading.Lock()
+
+
+@dataclass
+class Entry:
+    """One job as the index knows it: order, id, batch, and how it ended once known."""
+
+    job_id: str
+    ms: int
+    group: str | None = None
+    end: str | None = None  # a terminal JobStatus value (``SUCCEEDED``), once decided
+    keys: tuple[str, ...] = ()  # the storage keys of its entries
+
+    @property
+    def created_at(self) -> float:
+        return self.ms / 1000
+
+
+def batch_group(tags: dict[str, Any]) -> str | None:
+    """The batch a job belongs to, as a child or as its driver; None for a user job."""
+    for tag in GROUP_TAGS:
+        value = tags.get(tag)
+        if isinstance(value, str) and ID_PATTERN.fullmatch(value):
+            return value
+    return None
+
+
+# ---- writers -----------------------------------------------------------------------------
+
+
+def note_created(storage: Storage, record: bytes) -> None:
+    """Index the job whose ``handle.json`` will be ``record``: call it BEFORE writing the
+    handle (a failure here leaves no job, so no job is ever missing from the index)."""
+    data = json.loads(record)
+    job_id, created_at = data["job_id"], float(data["created_at"])
+    _ensure_marker(storage)
+    group = batch_group(data.get("tags") or {})
+    suffix = f".{BATCH}{group}" if group else ""
+    body = json.dumps({"job_id": job_id, "created_at": created_at, "group": group})
+    try:
+        storage.write_bytes(
+            layout.index_entry(created_at, job_id, suffix), body.encode(), create_only=True
+        )
+    except FileExistsError:
+        pass  # a racing launcher of the same attempt wrote the same entry
+
+
+def note_end(storage: Storage, job_id: str, created_at: float | None, status: str) -> bool:
+    """Record how the job ended (best effort: the outcome record is the truth, and a
+    reader repairs a missing entry). ``created_at`` None: read from ``handle.json``."""
+    try:
+        if created_at is None:
+            handle = json.loads(storage.read_bytes(layout.job_file(job_id, layout.HANDLE)))
+            created_at = float(handle["created_at"])
+        key = layout.index_entry(created_at, job_id, f".{END}{status.lower()}")
+        body = json.dumps({"job_id": job_id, "status": status}).encode()
+        storage.write_bytes(key, body, create_only=True)
+    except FileExistsError:
+        return True
+    except (KineticError, OSError, ValueError, KeyError, TypeError) as exc:
+        log.debug("kinetic: no index end entry for %s (the reader repairs it): %s", job_id, exc)
+        return False
+    return True
+
+
+def _ensure_marker(storage: Storage) -> None:
+    """A store with no jobs yet is complete from its first entry on: mark it so (checked
+    once per process and store)."""
+    if storage.uri in _complete or storage.uri in _checked:
+        return
+    if storage.exists(layout.INDEX_COMPLETE) or not storage.list_names(layout.JOBS):
+        mark_complete(storage)
+    with _lock:
+        _checked.add(storage.uri)
+
+
+def mark_complete(storage: Storage) -> None:
+    """Say every job under ``jobs/`` has an entry (a new store, or after a reindex)."""
+    try:
+        storage.write_bytes(
+            layout.INDEX_COMPLETE,
+            json.dumps({"version": 1, "at": time.time()}).encode(),
+            create_only=True,
+        )
+    except FileExistsError:
+        pass
+    with _lock:
+        _complete.add(storage.uri)
+
+
+def is_complete(storage: Storage) -> bool:
+    """Can listing trust the index (every job has an entry)? One request, then cached."""
+    if storage.uri in _complete:
+        return True
+    if storage.exists(layout.INDEX_COMPLETE):
+        with _lock:
+            _complete.add(storage.uri)
+        return True
+    return False
+
+
+def forget(storage: Storage, job_id: str, created_at: float) -> None:
+    """Drop a job's entries now (gc, after deleting the job; readers drop them anyway).
+    One LIST of the job's bucket, one delete per entry."""
+    for entry in _read_bucket(storage, layout.index_bucket(created_at)):
+        if entry.job_id == job_id:
+            for key in entry.keys:
+                storage.delete(key)
+
+
+def drop(storage: Storage, entry: Entry, *, stale: bool, now: float | None = None) -> None:
+    """A reader found no job for ``entry``: delete it if it is ``stale`` (the job's handle
+    names another creation time) or older than ``GHOST_GRACE`` (best effort)."""
+    now = time.time() if now is None else now
+    if not stale and now - entry.created_at < GHOST_GRACE:
+        return
+    try:
+        for key in entry.keys:
+            storage.delete(key)
+    except (KineticError, OSError) as exc:
+        log.debug("kinetic: could not delete index entry of %s: %s", entry.job_id, exc)
+
+
+# ---- reader ------------------------------------------------------------------------------
+
+
+def _parse(name: str) -> tuple[int, str, str | None, str | None] | None:
+    """(ms, job id, group, end status) of an entry name; None for anything else."""
+    if not name.endswith(".json"):
+        return None
+    head, *parts = name[: -len(".json")].split(".")
+    inverted, _, job_id = head.partition("-")
+    if len(inverted) != _DIGITS or not inverted.isdigit() or not ID_PATTERN.fullmatch(job_id):
+        return None
+    group = end = None
+    for part in parts:
+        if part.startswith(BATCH) and ID_PATTERN.fullmatch(part[len(BATCH) :]):
+            group = part[len(BATCH) :]
+        elif part.startswith(END) and part[len(END) :].isalpha():
+            end = part[len(END) :].upper()
+        else:
+            return None
+    return layout.INDEX_MS_MAX - int(inverted), job_id, group, end
+
+
+def _read_bucket(storage: Storage, bucket: str) -> list[Entry]:
+    """One LIST: the bucket's jobs, their entries merged (open and end)."""
+    found: dict[tuple[int, str], Entry] = {}
+    for name in storage.list_names(bucket):
+        parsed = _parse(name)
+        if parsed is None:
+            continue
+        ms, job_id, group, end = parsed
+        entry = found.setdefault((ms, job_id), Entry(job_id, ms))
+        entry.group = entry.group or group
+        entry.end = entry.end or end
+        entry.keys += (f"{bucket}/{name}",)
+    return list(found.values())
+
+
+def _span(parts: list[int]) -> tuple[float, float]:
+    """[start, end) in epoch seconds of a year, a day or an hour bucket."""
+    if len(parts) == 1:
+        return calendar.timegm((parts[0], 1, 1, 0, 0, 0)), calendar.timegm(
+            (parts[0] + 1, 1, 1, 0, 0, 0)
+        )
+    year, mmdd = parts[0], parts[1]
+    start = calendar.timegm((year, mmdd // 100, mmdd % 100, 0, 0, 0))
+    if len(parts) == 2:
+        return start, start + 86400
+    return start + 3600 * parts[2], start + 3600 * (parts[2] + 1)
+
+
+def walk(
+    storage: Storage,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    newest_first: bool = True,
+) -> Iterator[list[Entry]]:
+    """The index bucket by bucket (hours), each bucket's entries in order: newest first
+    (or oldest first). Buckets outside [since, until] are never listed. Costs one LIST per
+    year, day and hour visited; a caller that stops early lists nothing more."""
+
+    def inside(parts: list[int]) -> bool:
+        start, end = _span(parts)
+        return (since is None or end > since) and (until is None or start <= until)
+
+    def children(prefix: str, parts: list[int], width: int) -> list[tuple[str, list[int]]]:
+        names = [n for n in storage.list_names(prefix) if len(n) == width and n.isdigit()]
+        names.sort(reverse=newest_first)
+        out = [(f"{prefix}/{n}", [*parts, int(n)]) for n in names]
+        return [(p, ps) for p, ps in out if _valid(ps) and inside(ps)]
+
+    for year, ys in children(layout.INDEX_JOBS, [], 4):
+        for day, ds in children(year, ys, 4):
+            for hour, _ in children(day, ds, 2):
+                entries = [
+                    e
+                    for e in _read_bucket(storage, hour)
+                    if (since is None or e.created_at >= since - 0.001)
+                    and (until is None or e.created_at <= until)
+                ]
+                entries.sort(key=lambda e: (e.ms, e.job_id), reverse=newest_first)
+                if entries:
+                    yield entries
+
+
+def _valid(parts: list[int]) -> bool:
+    if len(parts) >= 2 and not (1 <= parts[1] // 100 <= 12 and 1 <= parts[1] % 100 <= 31):
+        return False
+    return len(parts) < 3 or 0 <= parts[2] <= 23
