@@ -59,6 +59,9 @@ GROUP_TAGS = ("kinetic/group-id", "kinetic/batch-driver")
 GHOST_GRACE = 600.0
 BATCH = "batch="
 END = "end="
+#: Beside an attempt's entries once a recovery starts its successor: the attempt reads
+#: as its successor from then on, so its end entry no longer says its status.
+SUPERSEDED = "superseded"
 _DIGITS = 13
 
 # Storage URIs known to be complete (the marker never goes away), and those a submit of
@@ -76,7 +79,13 @@ class Entry:
     ms: int
     group: str | None = None
     end: str | None = None  # a terminal JobStatus value (``SUCCEEDED``), once decided
+    superseded: bool = False  # a recovery started its next attempt
     keys: tuple[str, ...] = ()  # the storage keys of its entries
+
+    @property
+    def settled(self) -> bool:
+        """Does the index say the job's status for good (ended, never recovered)?"""
+        return self.end is not None and not self.superseded
 
     @property
     def created_at(self) -> float:
@@ -101,6 +110,9 @@ def note_created(storage: Storage, record: bytes) -> None:
     data = json.loads(record)
     job_id, created_at = data["job_id"], float(data["created_at"])
     _ensure_marker(storage)
+    previous = data.get("recovered_from")
+    if isinstance(previous, str) and ID_PATTERN.fullmatch(previous):
+        _note_superseded(storage, previous)  # first: a kill next leaves it resolved
     group = batch_group(data.get("tags") or {})
     suffix = f".{BATCH}{group}" if group else ""
     body = json.dumps({"job_id": job_id, "created_at": created_at, "group": group})
@@ -128,6 +140,16 @@ def note_end(storage: Storage, job_id: str, created_at: float | None, status: st
         log.debug("kinetic: no index end entry for %s (the reader repairs it): %s", job_id, exc)
         return False
     return True
+
+
+def _note_superseded(storage: Storage, job_id: str) -> None:
+    """Mark the attempt a recovery replaces: its status is its successor's from now on."""
+    previous = json.loads(storage.read_bytes(layout.job_file(job_id, layout.HANDLE)))
+    key = layout.index_entry(float(previous["created_at"]), job_id, f".{SUPERSEDED}")
+    try:
+        storage.write_bytes(key, json.dumps({"job_id": job_id}).encode(), create_only=True)
+    except FileExistsError:
+        pass
 
 
 def _ensure_marker(storage: Storage) -> None:
@@ -191,8 +213,8 @@ def drop(storage: Storage, entry: Entry, *, stale: bool, now: float | None = Non
 # ---- reader ------------------------------------------------------------------------------
 
 
-def _parse(name: str) -> tuple[int, str, str | None, str | None] | None:
-    """(ms, job id, group, end status) of an entry name; None for anything else."""
+def _parse(name: str) -> tuple[int, str, str | None, str | None, bool] | None:
+    """(ms, job id, group, end status, superseded) of an entry name; None otherwise."""
     if not name.endswith(".json"):
         return None
     head, *parts = name[: -len(".json")].split(".")
@@ -200,14 +222,17 @@ def _parse(name: str) -> tuple[int, str, str | None, str | None] | None:
     if len(inverted) != _DIGITS or not inverted.isdigit() or not ID_PATTERN.fullmatch(job_id):
         return None
     group = end = None
+    superseded = False
     for part in parts:
-        if part.startswith(BATCH) and ID_PATTERN.fullmatch(part[len(BATCH) :]):
+        if part == SUPERSEDED:
+            superseded = True
+        elif part.startswith(BATCH) and ID_PATTERN.fullmatch(part[len(BATCH) :]):
             group = part[len(BATCH) :]
         elif part.startswith(END) and part[len(END) :].isalpha():
             end = part[len(END) :].upper()
         else:
             return None
-    return layout.INDEX_MS_MAX - int(inverted), job_id, group, end
+    return layout.INDEX_MS_MAX - int(inverted), job_id, group, end, superseded
 
 
 def _read_bucket(storage: Storage, bucket: str) -> list[Entry]:
@@ -217,10 +242,11 @@ def _read_bucket(storage: Storage, bucket: str) -> list[Entry]:
         parsed = _parse(name)
         if parsed is None:
             continue
-        ms, job_id, group, end = parsed
+        ms, job_id, group, end, superseded = parsed
         entry = found.setdefault((ms, job_id), Entry(job_id, ms))
         entry.group = entry.group or group
         entry.end = entry.end or end
+        entry.superseded = entry.superseded or superseded
         entry.keys += (f"{bucket}/{name}",)
     return list(found.values())
 

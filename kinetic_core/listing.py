@@ -26,7 +26,6 @@ from kinetic_core.errors import ConfigError, CorruptRecord, JobNotFound
 from kinetic_core.jobs import JobHandle, load_handle
 from kinetic_core.parallel import parallel
 from kinetic_core.records import read_outcome
-from kinetic_core.recovery import max_recoveries
 from kinetic_core.states import JobStatus
 from kinetic_core.status import resolve_states
 from kinetic_core.storage import Storage, open_storage
@@ -262,10 +261,6 @@ def _one_per_batch(handles: list[JobHandle], seen: set[str]) -> list[JobHandle]:
     return out
 
 
-#: Statuses an ended job keeps whatever happens next (only FAILED may be recovered).
-_FINAL = frozenset({JobStatus.SUCCEEDED.value, JobStatus.CANCELLED.value})
-
-
 class _Walk:
     """One indexed listing: buckets newest first, candidates read a page at a time."""
 
@@ -301,11 +296,11 @@ class _Walk:
 
     def _candidate(self, e: job_index.Entry) -> bool:
         """Worth reading? Not a member of a batch already shown, nor a job that ended in
-        a final status the filter does not want (known from the entry's name alone)."""
+        a status the filter does not want (known from the entry's name alone)."""
         if not self.batch_children and e.group is not None and e.group in self.seen:
             return False
         wanted = self.query.statuses
-        return wanted is None or e.end not in _FINAL or JobStatus(e.end) in wanted
+        return wanted is None or not e.settled or JobStatus(str(e.end)) in wanted
 
     def _take(self, chunk: list[job_index.Entry]) -> None:
         """Read the chunk's handles (the truth; ghosts dropped), keep what matches, and
@@ -335,7 +330,7 @@ class _Walk:
     ) -> list[tuple[job_index.Entry, JobHandle]]:
         """The rows in a wanted status: an ended job's from its entry, the others' from
         one batched resolve (a job found ended gets the entry it lacked: lazy repair)."""
-        open_ = [h for e, h in rows if not self._settled(e, h)]
+        open_ = [h for e, h in rows if not e.settled]
         states = dict(
             zip([h.job_id for h in open_], resolve_states(open_) if open_ else [], strict=True)
         )
@@ -351,13 +346,6 @@ class _Walk:
             if status in wanted:
                 kept.append((e, h))
         return kept
-
-    @staticmethod
-    def _settled(e: job_index.Entry, h: JobHandle) -> bool:
-        """Does the end entry say the status for good? SUCCEEDED and CANCELLED do; FAILED
-        does where the job may not be recovered (a recovery makes it read as its next
-        attempt)."""
-        return e.end is not None and (e.end in _FINAL or max_recoveries(h.target) == 0)
 
     def _read(self, e: job_index.Entry) -> JobHandle | None:
         """The entry's job, or None: a ghost (no such job, or an entry a racing creator
