@@ -143,9 +143,13 @@ def note_end(storage: Storage, job_id: str, created_at: float | None, status: st
 
 
 def _note_superseded(storage: Storage, job_id: str) -> None:
-    """Mark the attempt a recovery replaces: its status is its successor's from now on."""
-    previous = json.loads(storage.read_bytes(layout.job_file(job_id, layout.HANDLE)))
-    key = layout.index_entry(float(previous["created_at"]), job_id, f".{SUPERSEDED}")
+    """Mark the attempt a recovery replaces: its status is its successor's from now on.
+    An attempt whose handle is gone (removed by gc) is listed no more: nothing to mark."""
+    try:
+        previous = json.loads(storage.read_bytes(layout.job_file(job_id, layout.HANDLE)))
+        key = layout.index_entry(float(previous["created_at"]), job_id, f".{SUPERSEDED}")
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return
     try:
         storage.write_bytes(key, json.dumps({"job_id": job_id}).encode(), create_only=True)
     except FileExistsError:

@@ -129,13 +129,20 @@ def _split_batches(
     batches: list[dict[str, Any]] = []
     for handle in listed:
         group = kc.batch_of(handle)
-        try:
-            if group is None:
-                raise kc.JobNotFound(handle.job_id)
-            batches.append(render.batch_summary(kc.attach_batch(group, target=target_of(ctx))))
-        except kc.JobNotFound:
+        summary = None if group is None else _batch_summary(group, ctx)
+        if summary is None:
             handles.append(handle)
+        else:
+            batches.append(summary)
     return handles, batches
+
+
+def _batch_summary(group_id: str, ctx: click.Context) -> dict[str, Any] | None:
+    """``batch status --json``'s summary of a batch; None where its records are gone."""
+    try:
+        return render.batch_summary(kc.attach_batch(group_id, target=target_of(ctx)))
+    except kc.JobNotFound:
+        return None
 
 
 @jobs.command()
