@@ -16,9 +16,11 @@ creation time (a racing creator lost) is dropped, and deleted once it is older t
 ``GHOST_GRACE``. A missing end entry (killed after the outcome) only means the job is
 resolved like a running one, and the reader writes the entry it found missing.
 
-``index/complete.json`` says every job under ``jobs/`` has an entry: the first submit to
-an empty store writes it, ``kinetic jobs reindex`` (``listing.repair_index``) writes it for
-a store written by older versions. Without it, listing scans ``jobs/`` as before.
+``index/complete.json`` says every job under ``jobs/`` has an entry. Without it listing
+scans ``jobs/`` as before, and marks the store once that scan finds every job indexed
+(a store only this version wrote: the first listing); ``kinetic jobs reindex``
+(``listing.repair_index``) indexes and marks a store written by older versions. Submits
+never list ``jobs/``: they cost one write more, whatever the store.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "GHOST_GRACE",
     "Entry",
     "batch_group",
+    "covers",
     "forget",
     "is_complete",
     "mark_complete",
@@ -64,10 +67,8 @@ END = "end="
 SUPERSEDED = "superseded"
 _DIGITS = 13
 
-# Storage URIs known to be complete (the marker never goes away), and those a submit of
-# this process found incomplete (an older store: checked once, until a reindex marks it).
+# Storage URIs known to be complete (the marker never goes away).
 _complete: set[str] = set()
-_checked: set[str] = set()
 _lock = threading.Lock()
 
 
@@ -109,7 +110,6 @@ def note_created(storage: Storage, record: bytes) -> None:
     handle (a failure here leaves no job, so no job is ever missing from the index)."""
     data = json.loads(record)
     job_id, created_at = data["job_id"], float(data["created_at"])
-    _ensure_marker(storage)
     previous = data.get("recovered_from")
     if isinstance(previous, str) and ID_PATTERN.fullmatch(previous):
         _note_superseded(storage, previous)  # first: a kill next leaves it resolved
@@ -156,19 +156,9 @@ def _note_superseded(storage: Storage, job_id: str) -> None:
         pass
 
 
-def _ensure_marker(storage: Storage) -> None:
-    """A store with no jobs yet is complete from its first entry on: mark it so (checked
-    once per process and store)."""
-    if storage.uri in _complete or storage.uri in _checked:
-        return
-    if storage.exists(layout.INDEX_COMPLETE) or not storage.list_names(layout.JOBS):
-        mark_complete(storage)
-    with _lock:
-        _checked.add(storage.uri)
-
-
 def mark_complete(storage: Storage) -> None:
-    """Say every job under ``jobs/`` has an entry (a new store, or after a reindex)."""
+    """Say every job under ``jobs/`` has an entry (best effort: read-only storage keeps
+    being scanned)."""
     try:
         storage.write_bytes(
             layout.INDEX_COMPLETE,
@@ -177,6 +167,9 @@ def mark_complete(storage: Storage) -> None:
         )
     except FileExistsError:
         pass
+    except (KineticError, OSError) as exc:
+        log.info("kinetic: cannot mark the job index complete (read-only storage?): %s", exc)
+        return
     with _lock:
         _complete.add(storage.uri)
 
@@ -190,6 +183,13 @@ def is_complete(storage: Storage) -> bool:
             _complete.add(storage.uri)
         return True
     return False
+
+
+def covers(storage: Storage, jobs: list[tuple[str, float]]) -> bool:
+    """Has every ``(job_id, created_at)`` its entry? (The whole index walked once: what a
+    scan of a store without the marker checks before marking it.)"""
+    indexed = {(e.ms, e.job_id) for bucket in walk(storage) for e in bucket}
+    return all((int(created_at * 1000), job_id) in indexed for job_id, created_at in jobs)
 
 
 def forget(storage: Storage, job_id: str, created_at: float) -> None:

@@ -215,12 +215,16 @@ class Query:
         ``batch_children=False``: each batch once, as its first matching member."""
         if job_index.is_complete(storage):
             return _Walk(self, storage, signing_key, errors, batch_children).run()
-        log.info(
-            "kinetic: %s has no job index yet: listing reads every job (run `kinetic jobs "
-            "reindex` once to list in pages)",
-            storage.uri,
-        )
-        return self.scan(storage, signing_key, errors, batch_children=batch_children)
+        everything = list(_handles(storage, signing_key, errors))
+        if job_index.covers(storage, [(h.job_id, h.created_at) for h in everything]):
+            job_index.mark_complete(storage)  # only this version wrote here: pages from now
+        else:
+            log.info(
+                "kinetic: %s has jobs without index entries (written by an older version): "
+                "listing reads every job; run `kinetic jobs reindex` once to list in pages",
+                storage.uri,
+            )
+        return self._filtered(everything, batch_children)
 
     def scan(
         self,
@@ -232,7 +236,10 @@ class Query:
     ) -> list[JobHandle]:
         """The full scan of ``jobs/`` (a store without an index): every handle read; with
         a status filter, one batched resolve of what the other filters kept."""
-        found = [h for h in _handles(storage, signing_key, errors) if self.match(h)]
+        return self._filtered(list(_handles(storage, signing_key, errors)), batch_children)
+
+    def _filtered(self, handles: list[JobHandle], batch_children: bool) -> list[JobHandle]:
+        found = [h for h in handles if self.match(h)]
         found.sort(key=lambda h: (h.created_at, h.job_id), reverse=not self.reverse)
         if self.statuses is not None and found:
             states = resolve_states(found)

@@ -56,7 +56,9 @@ def write_job(
 
 def write_history(storage: Storage, count: int, *, indexed: bool = True) -> list[str]:
     """``count`` ended jobs, one every ``SPACING`` seconds, owners alternating; ids
-    newest first."""
+    newest first. Indexed, the store is marked complete, as its first listing would."""
+    if indexed:
+        job_index.mark_complete(storage)
     ids = []
     for i in range(count):
         job_id = f"job-{i:07d}"

@@ -71,6 +71,15 @@ def ids(uri: str, **filters: object) -> list[str]:
     return [h.job_id for h in kc.list_jobs(target={"storage": uri}, **filters)]  # type: ignore[arg-type]
 
 
+def new_store(tmp_path: Path) -> tuple[str, Storage]:
+    """A fresh store, listed once while empty: that listing marks its index complete."""
+    uri = f"file://{tmp_path / 'store'}"
+    assert ids(uri) == []
+    storage = open_storage(uri)
+    assert storage.exists(layout.INDEX_COMPLETE)
+    return uri, storage
+
+
 def entries(storage: Storage, job_id: str) -> list[str]:
     return [k for k in storage.walk(layout.INDEX_JOBS) if f"-{job_id}." in k]
 
@@ -121,8 +130,7 @@ def test_status_filter_resolves_the_open_jobs_of_a_page_in_one_batch(
 ) -> None:
     """Jobs the index does not know ended are resolved together, a page at a time; the
     ends found are written to the index, so the next listing resolves nothing."""
-    uri = f"file://{tmp_path / 'store'}"
-    storage = open_storage(uri)
+    uri, storage = new_store(tmp_path)
     write_history(storage, 50)
     never_launched = [
         write_job(storage, f"open-{i:03d}", START + 10**6 + i).job_id for i in range(30)
@@ -140,8 +148,7 @@ def test_superseded_attempt_is_resolved_not_read_from_its_end_entry(
 ) -> None:
     """Once a recovery starts attempt 2, attempt 1 reads as attempt 2: its FAILED end
     entry no longer settles its status, so a status filter resolves it."""
-    uri = f"file://{tmp_path / 'store'}"
-    storage = open_storage(uri)
+    uri, storage = new_store(tmp_path)
     first = write_job(storage, "attempt-one", START, status="FAILED")
     assert ids(uri, statuses={"FAILED"}) == [first.job_id] and resolves == []
     second = kc.JobHandle(
@@ -161,8 +168,7 @@ def test_superseded_attempt_is_resolved_not_read_from_its_end_entry(
 
 
 def test_entry_without_its_job_is_never_listed_and_deleted_once_old(tmp_path: Path) -> None:
-    uri = f"file://{tmp_path / 'store'}"
-    storage = open_storage(uri)
+    uri, storage = new_store(tmp_path)
     real = write_job(storage, "real-job", START + 100, status="SUCCEEDED")
     for job_id, created_at in (("ghost-old", START + 200), ("ghost-young", time.time())):
         ghost = kc.JobHandle(job_id=job_id, storage=uri, target={}, created_at=created_at)
@@ -174,8 +180,7 @@ def test_entry_without_its_job_is_never_listed_and_deleted_once_old(tmp_path: Pa
 
 
 def test_entry_a_racing_creator_left_with_another_time_is_dropped(tmp_path: Path) -> None:
-    uri = f"file://{tmp_path / 'store'}"
-    storage = open_storage(uri)
+    uri, storage = new_store(tmp_path)
     job = write_job(storage, "raced-job", START)
     loser = kc.JobHandle(job_id="raced-job", storage=uri, target={}, created_at=START + 5)
     job_index.note_created(storage, loser.record())
@@ -209,6 +214,7 @@ def test_submitter_killed_between_index_entry_and_handle(storage_uri: str) -> No
     """A real SIGKILL after the entry, before ``handle.json``: no ghost is listed; the
     keyed retry creates the job, which is listed once (the dead one's entry is dropped)."""
     storage = open_storage(storage_uri)
+    assert ids(storage_uri) == []  # marks the empty store's index complete
     run_killed(
         "/handle.json",
         "\0",
@@ -232,6 +238,7 @@ def test_decider_killed_between_outcome_and_end_entry(storage_uri: str) -> None:
     """A real SIGKILL after ``outcome.json``, before the end entry: the job lists with
     its decided status (resolved from storage), and the listing writes the end entry."""
     storage = open_storage(storage_uri)
+    assert ids(storage_uri) == []  # marks the empty store's index complete
     run_killed(
         "\0",
         ".end=",
@@ -373,4 +380,6 @@ def test_submit_and_end_write_the_entries(storage_uri: str) -> None:
     names = sorted(k.rsplit("/", 1)[1] for k in entries(storage, job.job_id))
     stem = layout.index_entry(job.created_at, job.job_id).rsplit("/", 1)[1][: -len(".json")]
     assert names == [f"{stem}.end=succeeded.json", f"{stem}.json"]
+    assert not storage.exists(layout.INDEX_COMPLETE)  # a submit never lists jobs/
+    assert ids(storage_uri) == [job.job_id]  # the first listing scans, finds all indexed
     assert os.path.exists(storage_uri[len("file://") :] + "/" + layout.INDEX_COMPLETE)
