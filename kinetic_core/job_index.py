@@ -37,6 +37,7 @@ from typing import Any
 from kinetic_core import layout
 from kinetic_core.errors import KineticError
 from kinetic_core.ids import ID_PATTERN
+from kinetic_core.states import JobStatus
 from kinetic_core.storage import Storage
 
 __all__ = [
@@ -66,6 +67,7 @@ END = "end="
 #: as its successor from then on, so its end entry no longer says its status.
 SUPERSEDED = "superseded"
 _DIGITS = 13
+_STATUSES = frozenset(s.value for s in JobStatus)
 
 # Storage URIs known to be complete (the marker never goes away).
 _complete: set[str] = set()
@@ -232,7 +234,7 @@ def _parse(name: str) -> tuple[int, str, str | None, str | None, bool] | None:
             superseded = True
         elif part.startswith(BATCH) and ID_PATTERN.fullmatch(part[len(BATCH) :]):
             group = part[len(BATCH) :]
-        elif part.startswith(END) and part[len(END) :].isalpha():
+        elif part.startswith(END) and part[len(END) :].upper() in _STATUSES:
             end = part[len(END) :].upper()
         else:
             return None
