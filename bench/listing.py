@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import kinetic_core as kc
-from kinetic_core import listing
+from kinetic_core import job_index, listing
 from kinetic_core.parallel import parallel
 from kinetic_core.storage import Storage, open_storage
 from tests.core.index_helpers import SPACING, STATUSES, CountingStorage, write_job
@@ -46,6 +46,7 @@ QUERIES: dict[str, dict[str, object]] = {
 def write(storage: Storage, count: int) -> None:
     """``count`` ended jobs, the newest ending now (so ``since`` finds some), in parallel."""
     start = time.time() - count * SPACING
+    job_index.mark_complete(storage)  # only this version writes here (as a first listing finds)
 
     def one(i: int) -> None:
         write_job(
