@@ -17,6 +17,9 @@ _EXPORTS = {
     "asubmit": "kinetic_core.submission",
     "attach": "kinetic_core.jobs",
     "list_jobs": "kinetic_core.listing",
+    "batch_of": "kinetic_core.listing",
+    "repair_index": "kinetic_core.listing",
+    "RepairReport": "kinetic_core.listing",
     "tags": "kinetic_core.listing",
     "parse_when": "kinetic_core.listing",
     "JobHandle": "kinetic_core.jobs",
@@ -166,7 +169,14 @@ if TYPE_CHECKING:
     from kinetic_core.ids import validate_id
     from kinetic_core.jobs import JobHandle, attach
     from kinetic_core.links import LINK_KINDS, job_links
-    from kinetic_core.listing import list_jobs, parse_when, tags
+    from kinetic_core.listing import (
+        RepairReport,
+        batch_of,
+        list_jobs,
+        parse_when,
+        repair_index,
+        tags,
+    )
     from kinetic_core.logs import LogStream, log_workers_option
     from kinetic_core.notice import on_preemption, preempted
     from kinetic_core.options import TargetOption, target_options

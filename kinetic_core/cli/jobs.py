@@ -65,6 +65,12 @@ def jobs() -> None:
 )
 @click.option("--until", type=When(), help="Only jobs created at or before WHEN (same forms).")
 @click.option("--reverse", is_flag=True, help="Oldest first.")
+@click.option(
+    "--all",
+    "all_",
+    is_flag=True,
+    help="Every job, batch children and batch drivers too (default: one row per batch).",
+)
 @limit_option
 @json_option
 @click.pass_context
@@ -77,12 +83,16 @@ def list_(
     since: float | None,
     until: float | None,
     reverse: bool,
+    all_: bool,
     limit: int,
     as_json: bool,
 ) -> int:
-    """Jobs, newest first (--reverse: oldest first); --limit counts after filtering."""
+    """Jobs, newest first (--reverse: oldest first); --limit counts after filtering.
+
+    A batch shows as one row with its progress (its children and its driver job are
+    listed with --all); a batch counts once against --limit."""
     root = listable_root(ctx)
-    handles = kc.list_jobs(
+    listed = kc.list_jobs(
         statuses=statuses or None,
         tags=dict(tags),
         name=name,
@@ -92,15 +102,63 @@ def list_(
         reverse=reverse,
         limit=limit,
         target=target_of(ctx),
+        include_batch_children=all_,
     )
+    handles, batches = _split_batches(listed, all_, ctx)
     rows = list(zip(handles, kc.resolve_states(handles) if handles else [], strict=True))
     if as_json:
-        render.emit_json([{**h.to_dict(), "state": s.to_dict()} for h, s in rows])
+        render.emit_json(
+            [{**h.to_dict(), "state": s.to_dict()} for h, s in rows]
+            + [{"batch": summary} for summary in batches]
+        )
     else:
         render.console().print(render.state_table(f"{len(rows)} jobs", rows))
+        if batches:
+            render.console().print(render.batches_table(batches))
     filtered = statuses or tags or name or owner or since is not None or until is not None
-    if not rows and not filtered:
+    if not rows and not batches and not filtered:
         render.hint(empty_hint("jobs", root))
+    return DONE
+
+
+def _split_batches(
+    listed: list[kc.JobHandle], all_: bool, ctx: click.Context
+) -> tuple[list[kc.JobHandle], list[dict[str, Any]]]:
+    """Jobs on their own, and one summary (progress) per batch the page names: a batch
+    member stands for its batch unless ``all_`` (``--all``). A member whose batch record
+    is gone stays a job row."""
+    if all_:
+        return listed, []
+    handles: list[kc.JobHandle] = []
+    batches: list[dict[str, Any]] = []
+    for handle in listed:
+        group = kc.batch_of(handle)
+        summary = None if group is None else _batch_summary(group, ctx)
+        if summary is None:
+            handles.append(handle)
+        else:
+            batches.append(summary)
+    return handles, batches
+
+
+def _batch_summary(group_id: str, ctx: click.Context) -> dict[str, Any] | None:
+    """``batch status --json``'s summary of a batch; None where its records are gone."""
+    try:
+        return render.batch_summary(kc.attach_batch(group_id, target=target_of(ctx)))
+    except kc.JobNotFound:
+        return None
+
+
+@jobs.command()
+@click.pass_context
+def reindex(ctx: click.Context) -> int:
+    """Index every job in storage, so listing reads pages, not every job (once, for a
+    store written by older versions; safe to repeat, also while jobs are submitted)."""
+    report = kc.repair_index(target=target_of(ctx))
+    click.echo(
+        f"{report.jobs} jobs; wrote {report.created} index entries and {report.ended} end "
+        "entries; the index is complete"
+    )
     return DONE
 
 
