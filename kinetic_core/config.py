@@ -341,9 +341,17 @@ def validate_num_hosts(num_hosts: Any) -> None:
 
 
 def positive_seconds(value: Any, name: str) -> float:
-    """``value`` as float seconds; ConfigError naming ``name`` unless it is a number > 0."""
-    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}.")
+    """``value`` as float seconds; ConfigError naming ``name`` unless it is a finite
+    number > 0 (NaN compares False with everything, and infinity is no deadline)."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not 0 < value < float("inf")
+    ):
+        raise ConfigError(
+            f"{name} must be a positive number of seconds, got {value!r}; leave it unset "
+            "for no limit."
+        )
     return float(value)
 
 

@@ -203,6 +203,13 @@ def forget(storage: Storage, job_id: str, created_at: float) -> None:
                 storage.delete(key)
 
 
+def forget_created(storage: Storage, record: bytes) -> None:
+    """Undo ``note_created`` for a launch that failed and deleted its job (after the job's
+    folder is gone: a reader must never miss a job that exists)."""
+    data = json.loads(record)
+    forget(storage, data["job_id"], float(data["created_at"]))
+
+
 def drop(storage: Storage, entry: Entry, *, stale: bool, now: float | None = None) -> None:
     """A reader found no job for ``entry``: delete it if it is ``stale`` (the job's handle
     names another creation time) or older than ``GHOST_GRACE`` (best effort)."""

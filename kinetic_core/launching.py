@@ -124,6 +124,7 @@ def create_attempt(
                 raise AttemptTaken(job_id) from None
             if created and not may_have_launched(exc):  # leave nothing half-submitted
                 storage.delete_prefix(layout.job_dir(job_id))
+                job_index.forget_created(storage, record)
             if isinstance(exc, KineticError) or not isinstance(exc, Exception):
                 raise
             raise SubmissionError(
