@@ -7,9 +7,13 @@ API server audited, 410s seen), never how long something took.
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
 import logging
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +22,7 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
+from kinetic_core import polling
 from kinetic_core.backends import get_backend
 from kinetic_core.backends.kubernetes import KubernetesBackend
 from kinetic_core.backends.kubernetes import watch as kube_watch
@@ -54,6 +59,20 @@ def _synced_watch(backend: KubernetesBackend) -> kube_watch.NamespaceWatch:
     raise AssertionError("unreachable")
 
 
+def _move_etcd_on(cluster: TestCluster) -> None:
+    """Two writes to etcd outside the API server's keys: its revision moves on, as other
+    writers move it while an API server is down."""
+    argv = cluster._argv["kube-apiserver"]
+    etcd = next(a.split("=", 1)[1] for a in argv if a.startswith("--etcd-servers="))
+    key = base64.b64encode(b"kinetic-test/revision").decode()
+    for verb, body in (("put", {"key": key, "value": "MQ=="}), ("deleterange", {"key": key})):
+        request = urllib.request.Request(
+            f"{etcd}/v3/kv/{verb}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert "revision" in json.loads(answer.read())["header"]
+
+
 def _watch_requests(cluster: TestCluster, resource: str) -> int:
     return cluster.count_requests("watch", resource, USER_AGENT)
 
@@ -83,10 +102,11 @@ def test_after_an_api_server_restart_the_watch_reconnects_relists_on_410_and_goe
     k8s_cluster: TestCluster, kube: kc.Target
 ) -> None:
     """The API server is killed and started again (as when GKE upgrades the control
-    plane): the watch loses its connection and backs off until the server is back. The
-    new server's watch cache starts at the current version, so resuming from ours is
-    answered 410 Gone (expired): the watch relists, and a job submitted afterwards is
-    observed through it (a sleeping wait woken by its events)."""
+    plane): the watch loses its connection and backs off until the server is back. etcd
+    moves on meanwhile (as it does under other writers), so the new server's watch cache
+    starts past our version and resuming from it is answered 410 Gone (expired): the
+    watch relists, and a job submitted afterwards is observed through it (a sleeping wait
+    woken by its events)."""
     backend = _backend(kube)
     watch = _synced_watch(backend)
     jobs = watch.kinds["jobs"]
@@ -95,6 +115,7 @@ def test_after_an_api_server_restart_the_watch_reconnects_relists_on_410_and_goe
         for _ in poll_ticks(interval=0.2, timeout=30, describe=lambda: "the watch to drop"):
             if not watch.synced():
                 break
+        _move_etcd_on(k8s_cluster)
     assert jobs.failures >= 1, "the watch did not notice the dropped connection"
     _synced_watch(backend)
     assert jobs.watches > watches_before
@@ -173,3 +194,22 @@ def test_many_waiters_in_one_process_share_one_watch(
                 break
         assert seen == made[kind], f"{kind}: {seen} watches audited, the shared one made {made}"
         assert seen <= 3, f"{seen} watch requests of {kind} for one shared watch"
+
+
+@pytest.mark.timeout(240)
+def test_the_shared_poller_polls_a_job_when_the_watch_sees_it_change(
+    kube: kc.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The async shared poller's schedule: one quick first poll, then an hour between
+    polls. The job still ends for its waiter: each watch event of it makes the poller
+    poll that job at once (``on_change``). Without the wake this hangs until the test's
+    timeout."""
+    backend = _backend(kube)
+    _synced_watch(backend)
+    monkeypatch.setattr(polling, "delays", lambda interval, first=0.0: iter([0.0, *[3600.0] * 99]))
+    job = kc.submit(k8s_fns.sleep, (2,), target=kube)
+    poller = polling.shared_poller()
+    polls = poller.polls
+    state = asyncio.run(job.await_(timeout=200))
+    assert state.status is kc.JobStatus.SUCCEEDED
+    assert poller.polls - polls >= 2, "the job ended without a poll the watch caused"

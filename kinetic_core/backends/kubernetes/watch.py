@@ -13,8 +13,9 @@ holds that version) relists; a dropped connection reconnects from the last versi
 with the one backoff of ``kinetic_core.retrying``; a relist every ``RELIST_EVERY`` is the
 safety net. A kind's cache is used only while its watch is connected and synced,
 otherwise ``poll`` LISTs as before; a watch refused by RBAC (no ``watch`` verb) or
-switched off (``KINETIC_K8S_WATCH=0``) leaves LIST in charge, with one warning. A watch
-nobody polled for ``IDLE_AFTER`` stops; the next poll starts it again.
+switched off (``KINETIC_K8S_WATCH=0``) leaves LIST in charge (a refusal with one
+warning). A watch nobody polled or slept on for ``IDLE_AFTER`` stops; the next poll
+starts it again.
 
 The cache holds the same objects a label-selected LIST returns (ordered by name, as
 the server lists them), so the states computed from them are the same functions of the
@@ -30,7 +31,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kinetic_core.backends.kubernetes.client import KubeApiError, KubeClient
@@ -93,6 +94,9 @@ class NamespaceWatch:
         self.written: dict[str, float] = {}  # job id -> when this process last wrote it
         self.used = time.monotonic()
         self.wakeups = 0  # sleeps a watch event cut short
+        self.sleeping = 0  # threads in ``wait`` now: the watch is in use
+        self.stopped = False  # ``stop``: for good (the registry forgot it)
+        self.listeners: set[Callable[[str], None]] = set()  # told each changed job id
         self._read = threading.local()  # per waiting thread: seq at its last poll
 
     # ---- what the backend asks ------------------------------------------------------------
@@ -100,6 +104,12 @@ class NamespaceWatch:
         """Called at the start of a poll: a change after this wakes this thread's sleep."""
         with self.cond:
             self._read.seq = self.seq
+
+    def listen(self, listeners: Iterable[Callable[[str], None]]) -> None:
+        """Tell ``listeners`` the id of each job an event changes (the shared poller's wake:
+        called on the watch thread, so they must only schedule work)."""
+        with self.cond:
+            self.listeners.update(listeners)
 
     def wrote(self, job_id: str) -> None:
         """This process wrote the job's objects: read it from the server for a moment."""
@@ -142,9 +152,14 @@ class NamespaceWatch:
         wanted = set(job_ids)
         with self.cond:
             since = getattr(self._read, "seq", self.seq)
-            woke = self.cond.wait_for(
-                lambda: any(self.changed.get(j, 0) > since for j in wanted), timeout
-            )
+            self.sleeping += 1
+            try:
+                woke = self.cond.wait_for(
+                    lambda: any(self.changed.get(j, 0) > since for j in wanted), timeout
+                )
+            finally:
+                self.sleeping -= 1
+                self.used = time.monotonic()
             if woke:
                 self.wakeups += 1
             return bool(woke)
@@ -152,7 +167,7 @@ class NamespaceWatch:
     def stop(self) -> None:
         """Stop every watch of the namespace (their threads end; the cache is dropped)."""
         with self.cond:
-            self.used = -1e18
+            self.stopped = True
             for watch in self.kinds.values():
                 _close(watch.response)
 
@@ -172,7 +187,9 @@ class NamespaceWatch:
         return watch
 
     def _idle(self) -> bool:
-        return time.monotonic() - self.used > IDLE_AFTER or not enabled()
+        if self.stopped or not enabled():
+            return True
+        return not self.sleeping and time.monotonic() - self.used > IDLE_AFTER
 
     def _run(self, watch: KindWatch) -> None:
         """Sessions (relist if due, then one watch request) until idle; transient errors
@@ -291,6 +308,8 @@ class NamespaceWatch:
                 job = (obj["metadata"].get("labels") or {}).get(JOB_LABEL)
                 if job:
                     self.changed[job] = self.seq
+                    for listener in self.listeners:
+                        listener(job)
         self.cond.notify_all()
 
     def _relist(self, watch: KindWatch) -> None:
