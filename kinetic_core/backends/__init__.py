@@ -75,6 +75,9 @@ class Backend(Protocol):
     - ``check_cancel(job_id) -> None``: raise (``PermissionDenied``...) when ``cancel``
       would be refused, without stopping anything; ``JobHandle.cancel`` records a cancel
       only after this passed.
+    - ``on_change(listener) -> None``: call ``listener(job_id)`` (from any thread; it only
+      schedules work) when the backend sees a job change; the async shared poller then
+      polls that job at once (Kubernetes: its watch events).
     """
 
     name: str
