@@ -293,7 +293,7 @@ class KubernetesBackend:
     def _wrote(self, job_id: str) -> None:
         """This process wrote the job's objects: its polls read them from the server until
         the watch has had time to see the write."""
-        watch = namespace_watch(self.client)
+        watch = namespace_watch(self.client, create=False)
         if watch is not None:
             watch.wrote(job_id)
 
@@ -349,14 +349,14 @@ class KubernetesBackend:
         at its next tick. Registered with the watch at every poll (a watch that stopped
         when idle and started again keeps its listeners)."""
         self._listeners.add(listener)
-        watch = namespace_watch(self.client)
+        watch = namespace_watch(self.client, create=False)
         if watch is not None:
             watch.listen([listener])
 
     def sleep_until_change(self, job_ids: list[str], timeout: float) -> None:
         """Sleep up to ``timeout``, woken by the first watch event that touches one of the
         jobs (a plain sleep while the watch is off or not synced: polls LIST then)."""
-        watch = namespace_watch(self.client)
+        watch = namespace_watch(self.client, create=False)
         if watch is None:
             time.sleep(timeout)
             return

@@ -336,6 +336,11 @@ class KubeClient:
                     ) from exc
             return self._api
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the credentials were read (``api`` was used): asking costs nothing."""
+        return self._api is not None
+
     def close(self) -> None:
         """Close the connections and the in-memory credential files; a later call loads
         the credentials again."""

@@ -365,21 +365,22 @@ def _connection(client: KubeClient) -> tuple[object, ...]:
     return (cfg.host, hashlib.sha256(who.encode()).hexdigest(), client.namespace)
 
 
-def namespace_watch(client: KubeClient) -> NamespaceWatch | None:
-    """The process's watch of ``client``'s cluster and namespace (None when switched off).
-    Keyed by the connection, not the client: every backend of that namespace shares it.
-    A forked child starts its own (threads do not survive a fork)."""
+def namespace_watch(client: KubeClient, *, create: bool = True) -> NamespaceWatch | None:
+    """The process's watch of ``client``'s cluster and namespace (None when switched off;
+    without ``create``, None unless a poll made it, so nothing loads credentials). Keyed
+    by the connection, not the client: every backend of that namespace shares it. A
+    forked child starts its own (threads do not survive a fork)."""
     global _pid
-    if not enabled():
+    if not enabled() or not (create or client.loaded):
         return None
     key = _connection(client)
     with _lock:
         if _pid != os.getpid():
             _registry.clear()
             _pid = os.getpid()
-        if key not in _registry:
+        if key not in _registry and create:
             _registry[key] = NamespaceWatch(client)
-        return _registry[key]
+        return _registry.get(key)
 
 
 def watches() -> list[NamespaceWatch]:
