@@ -315,6 +315,7 @@ class _Schedule:
     due: float
     last_waited: float
     changed: float = float("-inf")  # when the backend last said the job changed
+    listened: bool = False  # its backend was asked for ``on_change`` (SharedPoller._poll)
 
 
 @dataclass
@@ -422,7 +423,10 @@ class SharedPoller:
             self.polls += 1
             polled_at = loop.time()  # cadence counts from the poll's start, not its end
             try:
-                states = await asyncio.to_thread(self._poll, refs, loop)
+                fresh = [r for r in refs if not self.schedules[r.job_id].listened]
+                states = await asyncio.to_thread(self._poll, refs, fresh, loop)
+                for ref in fresh:
+                    self.schedules[ref.job_id].listened = True
                 self.outage.ok()
             except Exception as exc:
                 try:  # an outage is ridden out; persistent errors reach the waiters
@@ -457,11 +461,14 @@ class SharedPoller:
                     if schedule.changed >= polled_at:  # during the poll: it may have missed it
                         schedule.due = loop.time()
 
-    def _poll(self, refs: list[Any], loop: asyncio.AbstractEventLoop) -> list[JobState]:
-        """One bulk status call (in a worker thread); then each backend that can tell when
-        a job changes is asked to (once per backend)."""
+    def _poll(
+        self, refs: list[Any], fresh: list[Any], loop: asyncio.AbstractEventLoop
+    ) -> list[JobState]:
+        """One bulk status call (in a worker thread); then the backends of ``fresh`` (jobs
+        polled for the first time) that can tell when a job changes are asked to (once
+        per backend)."""
         states = resolve_states(refs)
-        for backend in {id(b): b for b in map(backend_for, refs)}.values():
+        for backend in {id(b): b for b in map(backend_for, fresh)}.values():
             on_change = getattr(backend, "on_change", None)
             if on_change is not None and id(backend) not in self._listening:
                 self._listening.add(id(backend))
