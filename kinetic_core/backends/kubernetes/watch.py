@@ -336,6 +336,17 @@ class NamespaceWatch:
             watch.objects = items
             watch.rv = rv
             watch.listed_at = time.monotonic()
+            self._forget_gone_jobs()
+
+    def _forget_gone_jobs(self) -> None:
+        """Drop the change marks of jobs no cache holds any more (their last change, the
+        deletion, woke their waiters already): memory stays bounded (under cond)."""
+        present = {
+            (o["metadata"].get("labels") or {}).get(JOB_LABEL)
+            for w in self.kinds.values()
+            for o in w.objects.values()
+        }
+        self.changed = {j: s for j, s in self.changed.items() if j in present}
 
 
 def _version(obj: dict[str, Any] | None) -> str | None:
