@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import inspect
 import logging
@@ -313,6 +314,8 @@ class _Schedule:
     delays: Iterator[float]
     due: float
     last_waited: float
+    changed: float = float("-inf")  # when the backend last said the job changed
+    listened: bool = False  # its backend was asked for ``on_change`` (SharedPoller._poll)
 
 
 @dataclass
@@ -330,6 +333,9 @@ class SharedPoller:
     outage: Outage = field(default_factory=Outage)
     _task: asyncio.Task[None] | None = None
     _wake: asyncio.Event | None = None
+    #: Backends (by id) whose ``on_change`` wakes this poller: a job is polled at once
+    #: when the backend sees it change (optional backend method; Kubernetes' watch).
+    _listening: set[int] = field(default_factory=set)
 
     async def wait(
         self,
@@ -417,7 +423,10 @@ class SharedPoller:
             self.polls += 1
             polled_at = loop.time()  # cadence counts from the poll's start, not its end
             try:
-                states = await asyncio.to_thread(resolve_states, refs)
+                fresh = [r for r in refs if not self.schedules[r.job_id].listened]
+                states = await asyncio.to_thread(self._poll, refs, fresh, loop)
+                for ref in fresh:
+                    self.schedules[ref.job_id].listened = True
                 self.outage.ok()
             except Exception as exc:
                 try:  # an outage is ridden out; persistent errors reach the waiters
@@ -449,6 +458,36 @@ class SharedPoller:
                 else:
                     schedule = self.schedules[job_id]
                     schedule.due = polled_at + next(schedule.delays)
+                    if schedule.changed >= polled_at:  # during the poll: it may have missed it
+                        schedule.due = loop.time()
+
+    def _poll(
+        self, refs: list[Any], fresh: list[Any], loop: asyncio.AbstractEventLoop
+    ) -> list[JobState]:
+        """One bulk status call (in a worker thread); then the backends of ``fresh`` (jobs
+        polled for the first time) that can tell when a job changes are asked to (once
+        per backend)."""
+        states = resolve_states(refs)
+        for backend in {id(b): b for b in map(backend_for, fresh)}.values():
+            on_change = getattr(backend, "on_change", None)
+            if on_change is not None and id(backend) not in self._listening:
+                self._listening.add(id(backend))
+                on_change(functools.partial(self._changed_threadsafe, loop))
+        return states
+
+    def _changed_threadsafe(self, loop: asyncio.AbstractEventLoop, job_id: str) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed (a forked child's old one)
+            loop.call_soon_threadsafe(self._changed, loop, job_id)
+
+    def _changed(self, loop: asyncio.AbstractEventLoop, job_id: str) -> None:
+        """A backend saw the job change: poll it now if someone waits on it."""
+        schedule = self.schedules.get(job_id)
+        if schedule is None or self._wake is None:
+            return
+        if any(w.ref.job_id == job_id for w in self.waiters):
+            schedule.changed = loop.time()
+            schedule.due = min(schedule.due, schedule.changed)
+            self._wake.set()
 
     def _forget_idle(self, now: float) -> None:
         """Drop schedules of jobs nobody has waited on for a while (bounded memory)."""

@@ -35,3 +35,18 @@ def transient_retry(is_transient: Callable[[BaseException], bool]) -> Retrying:
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,
     )
+
+
+def reconnect_retry(
+    is_transient: Callable[[BaseException], bool], give_up: Callable[[], bool]
+) -> Retrying:
+    """The same backoff for a long-lived stream (a Kubernetes watch): retries what
+    ``is_transient`` accepts for as long as ``give_up()`` is false (its owner still wants
+    it), since a watch is never done; permanent errors are re-raised at once."""
+    return Retrying(
+        retry=retry_if_exception(is_transient),
+        wait=WAIT,
+        stop=lambda _state: give_up(),
+        before_sleep=before_sleep_log(log, logging.DEBUG),
+        reraise=True,
+    )

@@ -78,6 +78,9 @@ class Backend(Protocol):
     - ``port_forward(job_id, ports, worker) -> PortForward``: local ports to the running
       job's ports (``kinetic_core.ports``); without it ``JobHandle.port_forward`` is a
       ConfigError naming the backend.
+    - ``on_change(listener) -> None``: call ``listener(job_id)`` (from any thread; it only
+      schedules work) when the backend sees a job change; the async shared poller then
+      polls that job at once (Kubernetes: its watch events).
     """
 
     name: str

@@ -244,8 +244,9 @@ def _patch_status(backend: KubernetesBackend, pod: str, status: dict[str, Any]) 
 
 
 def test_bulk_poll_is_one_list_per_namespace_for_100_jobs(
-    kube: kc.Target, k8s_cluster: Any
+    kube: kc.Target, k8s_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("KINETIC_K8S_WATCH", "0")  # the LIST fallback (the watch: test_watch.py)
     target = kube.merge({"node_selector": {"kubernetes.io/hostname": "nowhere"}})
     jobs = [kc.submit(k8s_fns.sleep, (0,), target=target, name=f"bulk-{i}") for i in range(100)]
     before_jobs = k8s_cluster.count_requests("list", "jobs", USER_AGENT)

@@ -189,10 +189,11 @@ def test_a_worker_that_cannot_be_scheduled_keeps_the_gang_pending_until_schedule
 
 
 def test_polling_multi_host_jobs_costs_the_same_requests_for_1_or_10(
-    tpu: kc.Target, k8s_cluster: Any
+    tpu: kc.Target, k8s_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """O(watched jobs): one poll of JobSet jobs is one LIST each of Jobs, Pods, JobSets and
     (while queued) Workloads per namespace, whether it watches 1 or 10 (audit log)."""
+    monkeypatch.setenv("KINETIC_K8S_WATCH", "0")  # the LIST fallback (the watch: test_watch.py)
     from kinetic_core.backends.kubernetes import USER_AGENT, KubernetesBackend
 
     queued = tpu.merge({"queue": "no-such-queue-here"})

@@ -1,9 +1,11 @@
 """The kubernetes / gke backend: one ``batch/v1`` Job per kinetic job, or one JobSet for a
 multi-host or queued job (``jobset.py``, where the server serves JobSet).
 
-``poll`` makes one LIST of Jobs and one of Pods per namespace, label-selected by the
-watched job ids (``kinetic/job-id in (...)``), so its cost follows the jobs watched, not
-the finished Jobs kept in the namespace; a node is read only when a pod on it stops being
+``poll`` answers from the process's WATCH of the namespace (``watch.py``: one per cluster,
+namespace and kind, shared by every waiter) while it is synced; otherwise (switched off,
+refused by RBAC, reconnecting) it makes one LIST of Jobs and one of Pods per namespace,
+label-selected by the watched job ids (``kinetic/job-id in (...)``), so its cost follows
+the jobs watched, not the finished Jobs kept in the namespace. A node is read only when a pod on it stops being
 Ready (to tell a lost node). Manifests come from ``manifest.py``, states from
 ``states.py``; every request goes through ``client.KubeClient.call`` (retries, error
 mapping).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import kinetic_core.backends.kubernetes.jobset as js
@@ -30,6 +33,7 @@ from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
 from kinetic_core.backends.kubernetes.port_forward import port_forward
 from kinetic_core.backends.kubernetes.slice_states import jobset_state
 from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
+from kinetic_core.backends.kubernetes.watch import NamespaceWatch, namespace_watch
 from kinetic_core.config import DEFAULT_LOST_GRACE, DEFAULT_STORAGE, Target
 from kinetic_core.errors import BackendError, ConfigError, PermissionDenied, SubmissionError
 from kinetic_core.ports import PortForward, PortSpec
@@ -75,6 +79,7 @@ class KubernetesBackend:
         self.lost_grace = (
             target.lost_grace or DEFAULT_LOST_GRACE
         )  # before a lost node's pod is gone
+        self._listeners: set[Callable[[str], None]] = set()  # ``on_change``
 
     @classmethod
     def from_target(cls, target: Target) -> KubernetesBackend:
@@ -122,7 +127,10 @@ class KubernetesBackend:
     def launch(self, spec: LaunchSpec) -> None:
         """Create the Job (idempotent: an existing Job for this id counts as launched; its
         Secret is created again if someone deleted it)."""
-        self.create_job(spec)
+        try:
+            self.create_job(spec)
+        finally:
+            self._wrote(spec.job_id)
 
     def create_job(self, spec: LaunchSpec, *, dry_run: bool = False) -> dict[str, Any]:
         """Create (or with ``dry_run`` server-side validate) the Job; returns what the API says.
@@ -231,13 +239,18 @@ class KubernetesBackend:
 
     # ---- poll ---------------------------------------------------------------------------
     def poll(self, job_ids: list[str]) -> dict[str, BackendState]:
-        """One LIST of Jobs and one LIST of Pods, selected by the ids of ``job_ids``; where a
-        watched id has no plain Job (a multi-host or queued job, or none), one LIST of
-        JobSets, and for queued JobSets not yet admitted one LIST of their Workloads."""
+        """The Jobs and Pods of ``job_ids`` (from the watch's cache, else one LIST of each,
+        selected by the ids); where a watched id has no plain Job (a multi-host or queued
+        job, or none), its JobSets likewise, and for queued JobSets not yet admitted one
+        LIST of their Workloads."""
         # An id that is no label value cannot have been launched (its Job would be invalid).
         ids = sorted({j for j in job_ids if valid_labels({"id": j})})
-        jobs = self._list("jobs", ids)
-        pods = self._list("pods", ids)
+        watch = namespace_watch(self.client)
+        if watch is not None:
+            watch.mark_read()
+            watch.listen(self._listeners)
+        jobs = self._objects(watch, "jobs", ids)
+        pods = self._objects(watch, "pods", ids)
         jobs_by_id: dict[str, list[dict[str, Any]]] = {}
         for job in jobs:
             jobs_by_id.setdefault(job["metadata"]["labels"].get("kinetic/job-id"), []).append(job)
@@ -249,7 +262,7 @@ class KubernetesBackend:
         others = [i for i in ids if i not in plain]
         jobsets: dict[str, dict[str, Any]] = {}
         if others and self.client.serves(js.GROUP, js.VERSION):
-            for item in self._list("jobsets", others):
+            for item in self._objects(watch, "jobsets", others):
                 jobsets[item["metadata"]["labels"].get("kinetic/job-id")] = item
         workloads = self._workloads(list(jobsets.values()))
         pods_by_job: dict[str, list[dict[str, Any]]] = {}
@@ -270,6 +283,21 @@ class KubernetesBackend:
             else:
                 out[job_id] = job_state(plain.get(job_id), its_pods, nodes, self.lost_grace)
         return out
+
+    def _objects(
+        self, watch: NamespaceWatch | None, plural: str, ids: list[str]
+    ) -> list[dict[str, Any]]:
+        """``plural`` objects of ``ids``: the watch's cache when it can answer, else a LIST
+        (the same objects, in the same order: the states do not depend on the source)."""
+        cached = watch.objects(plural, ids) if watch is not None and ids else None
+        return cached if cached is not None else self._list(plural, ids)
+
+    def _wrote(self, job_id: str) -> None:
+        """This process wrote the job's objects: its polls read them from the server until
+        the watch has had time to see the write."""
+        watch = namespace_watch(self.client, create=False)
+        if watch is not None:
+            watch.wrote(job_id)
 
     def _list(self, plural: str, ids: list[str]) -> list[dict[str, Any]]:
         """``plural`` objects labelled with one of ``ids``, in chunks of ``POLL_CHUNK``."""
@@ -317,9 +345,24 @@ class KubernetesBackend:
                 continue
         return nodes
 
+    def on_change(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(job_id)`` (on the watch's thread) whenever a watch event changes
+        a job of this namespace: how the async shared poller polls a job at once instead of
+        at its next tick. Registered with the watch at every poll (a watch that stopped
+        when idle and started again keeps its listeners)."""
+        self._listeners.add(listener)
+        watch = namespace_watch(self.client, create=False)
+        if watch is not None:
+            watch.listen([listener])
+
     def sleep_until_change(self, job_ids: list[str], timeout: float) -> None:
-        """Plain sleep: the API offers no cheap wake-up for a handful of Jobs."""
-        time.sleep(timeout)
+        """Sleep up to ``timeout``, woken by the first watch event that touches one of the
+        jobs (a plain sleep while the watch is off or not synced: polls LIST then)."""
+        watch = namespace_watch(self.client, create=False)
+        if watch is None:
+            time.sleep(timeout)
+            return
+        watch.wait(job_ids, timeout)
 
     # ---- logs ---------------------------------------------------------------------------
     def job_pods(self, job_id: str, worker: int | None = None) -> list[dict[str, Any]]:
@@ -405,8 +448,11 @@ class KubernetesBackend:
     def cancel(self, job_id: str) -> None:
         """Delete the Job (foreground), every pod of the job by label, and its Secret;
         absent is fine."""
-        for what, path, query in self._stop_requests(job_id):
-            self._delete(what, path, query)
+        try:
+            for what, path, query in self._stop_requests(job_id):
+                self._delete(what, path, query)
+        finally:
+            self._wrote(job_id)
 
     def _delete(self, what: str, path: str, query: dict[str, Any]) -> None:
         try:

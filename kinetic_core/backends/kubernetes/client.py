@@ -336,6 +336,11 @@ class KubeClient:
                     ) from exc
             return self._api
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the credentials were read (``api`` was used): asking costs nothing."""
+        return self._api is not None
+
     def close(self) -> None:
         """Close the connections and the in-memory credential files; a later call loads
         the credentials again."""
@@ -413,18 +418,58 @@ class KubeClient:
         response = self.api.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
         data = response.read()
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
-        if response.status == 401:
+        self._refused(response.status, data, text, method, path, what)
+        answer = text if raw else (json.loads(text) if text else {})
+        items = answer.get("items") if isinstance(answer, dict) else None
+        self.stats.add(len(data or b""), len(items) if isinstance(items, list) else 1)
+        return answer
+
+    def _refused(
+        self, status: int, data: bytes | None, text: str, method: str, path: str, what: str
+    ) -> None:
+        """Raise THE error of an HTTP error answer (401, 403, other >= 400)."""
+        if status == 401:
             raise ConfigError(
                 f"Kubernetes rejected the credentials of context {self.context or 'current-context'} "
                 f"(HTTP 401) for {method} {path}: refresh them (e.g. `gcloud container "
                 "clusters get-credentials …`)."
             )
-        if response.status == 403:
+        if status == 403:
             raise permission_denied(text, method, path, self.namespace)
-        if response.status >= 400:
+        if status >= 400:
             self.stats.add(len(data or b""), 0)
-            raise KubeApiError(response.status, text, what)
-        answer = text if raw else (json.loads(text) if text else {})
-        items = answer.get("items") if isinstance(answer, dict) else None
-        self.stats.add(len(data or b""), len(items) if isinstance(items, list) else 1)
-        return answer
+            raise KubeApiError(status, text, what)
+
+    def watch(
+        self,
+        path: str,
+        query: dict[str, Any],
+        *,
+        read_timeout: float,
+        opened: Callable[[Any], None] = lambda response: None,
+    ) -> Iterator[dict[str, Any]]:
+        """The events of one WATCH request (``watch=1`` is added), one dict per line, until
+        the server ends the stream. Not retried here: the caller (``watch.py``) reconnects
+        with its own backoff, from the last resourceVersion. ``opened`` gets the response
+        (closing it from another thread ends the stream). Errors map as in ``call``."""
+        what = f"watch {path}"
+        with api_errors(what, self._tls_hint):
+            params = self.api.param_serialize(
+                method="GET",
+                resource_path=path,
+                query_params=[(k, v) for k, v in {**query, "watch": "1"}.items()],
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = self.api.call_api(*params, _request_timeout=(REQUEST_TIMEOUT, read_timeout))
+            if response.status >= 400:
+                data = response.read()
+                text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+                self._refused(response.status, data, text, "GET", path, what)
+            self.stats.add(0, 0)
+            opened(response.response)
+            from kubernetes.watch.watch import iter_resp_lines
+
+            for line in iter_resp_lines(response.response):
+                if line:
+                    yield json.loads(line)

@@ -1,0 +1,420 @@
+"""One WATCH per (cluster, namespace, kind) per process: the cache ``poll`` answers from.
+
+Why: a LIST per poll interval per process multiplies with every process that waits
+(triggerers, dashboards, workers), and a change is seen only at the next poll. Here each
+kind kinetic reads (Jobs and Pods labelled ``app=kinetic``; JobSets once a poll asks for
+them) is watched once per process by a daemon thread, shared by every backend instance
+and waiter of that namespace; each event updates an in-memory cache and wakes the
+waiters whose jobs it touches (``NamespaceWatch.wait``, behind ``sleep_until_change``).
+
+The bookkeeping of a reflector: a LIST (paged) gives the objects and a resourceVersion,
+the WATCH resumes from it (bookmarks keep it fresh); ``410 Gone`` (the server no longer
+holds that version) relists; a dropped connection reconnects from the last version
+with the one backoff of ``kinetic_core.retrying``; a relist every ``RELIST_EVERY`` is the
+safety net. A kind's cache is used only while its watch is connected and synced,
+otherwise ``poll`` LISTs as before; a watch refused by RBAC (no ``watch`` verb) or
+switched off (``KINETIC_K8S_WATCH=0``) leaves LIST in charge (a refusal with one
+warning). A watch nobody polled or slept on for ``IDLE_AFTER`` stops; the next poll
+starts it again.
+
+The cache holds the same objects a label-selected LIST returns (ordered by name, as
+the server lists them), so the states computed from them are the same functions of the
+same inputs. For a job this process just wrote (launch, cancel), polls LIST for
+``FRESH_AFTER_WRITE`` seconds: the write's own events may not have arrived yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kinetic_core.backends.kubernetes.client import KubeApiError, KubeClient
+from kinetic_core.errors import ConfigError, PermissionDenied
+from kinetic_core.retrying import reconnect_retry
+
+log = logging.getLogger(__name__)
+
+#: ``KINETIC_K8S_WATCH=0`` switches the watch off: every poll LISTs.
+ENV_SWITCH = "KINETIC_K8S_WATCH"
+SELECTOR = "app=kinetic"
+JOB_LABEL = "kinetic/job-id"
+WATCH_SECONDS = 60  # the server ends each watch request after this: idle/relist checked then
+RELIST_EVERY = 300.0  # the safety net: a full relist this often, whatever the events said
+IDLE_AFTER = 120.0  # no poll of the namespace for this long: its watches stop
+FRESH_AFTER_WRITE = 2.0  # a job this process wrote is LISTed this long after the write
+LIST_PAGE = 500
+
+
+def reconnects_after(exc: BaseException) -> bool:
+    """What a watch reconnects after: anything but a refusal (RBAC, credentials, TLS) or
+    an HTTP error the server will repeat (404: the kind is not served)."""
+    if isinstance(exc, PermissionDenied | ConfigError):
+        return False
+    if isinstance(exc, KubeApiError):
+        return exc.transient
+    return True
+
+
+def enabled() -> bool:
+    """Whether watching is on (``KINETIC_K8S_WATCH``, read at every poll)."""
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class KindWatch:
+    """The watch of one kind (``jobs``, ``pods``, ``jobsets``) and its cache by name."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.rv: str | None = None  # where the next watch resumes; None: relist first
+        self.synced = False
+        self.disabled: str | None = None  # why this process LISTs this kind for good
+        self.thread: threading.Thread | None = None
+        self.response: Any = None  # the open watch response (closing it ends the stream)
+        self.listed_at = 0.0
+        # What it cost and did: the tests and bench/k8s_watch.py read these.
+        self.lists = self.watches = self.gone = self.failures = 0
+
+
+class NamespaceWatch:
+    """The watches of one namespace of one cluster, shared by the whole process."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self.cond = threading.Condition()
+        self.kinds: dict[str, KindWatch] = {}
+        self.seq = 0  # bumped by every change of a cached object
+        self.changed: dict[str, int] = {}  # job id -> seq of its last change
+        self.written: dict[str, float] = {}  # job id -> when this process last wrote it
+        self.used = time.monotonic()
+        self.wakeups = 0  # sleeps a watch event cut short
+        self.sleeping = 0  # threads in ``wait`` now: the watch is in use
+        self.stopped = False  # ``stop``: for good (the registry forgot it)
+        self.listeners: set[Callable[[str], None]] = set()  # told each changed job id
+        self._read = threading.local()  # per waiting thread: seq at its last poll
+
+    # ---- what the backend asks ------------------------------------------------------------
+    def mark_read(self) -> None:
+        """Called at the start of a poll: a change after this wakes this thread's sleep."""
+        with self.cond:
+            self._read.seq = self.seq
+
+    def listen(self, listeners: Iterable[Callable[[str], None]]) -> None:
+        """Tell ``listeners`` the id of each job an event changes (the shared poller's wake:
+        called on the watch thread, so they must only schedule work)."""
+        with self.cond:
+            self.listeners.update(listeners)
+
+    def wrote(self, job_id: str) -> None:
+        """This process wrote the job's objects: read it from the server for a moment."""
+        with self.cond:
+            self.written[job_id] = time.monotonic()
+
+    def objects(self, kind: str, ids: Iterable[str]) -> list[dict[str, Any]] | None:
+        """The cached ``kind`` objects of ``ids`` (ordered by name), or None when the
+        cache cannot answer (not synced yet, refused, a job just written): LIST then.
+        Starts the kind's watch on first use."""
+        wanted = set(ids)
+        now = time.monotonic()
+        with self.cond:
+            self.used = now
+            watch = self._started(kind)
+            if not watch.synced or watch.disabled:
+                return None
+            self.written = {j: t for j, t in self.written.items() if now - t < FRESH_AFTER_WRITE}
+            if wanted & self.written.keys():
+                return None
+            found = [
+                o
+                for o in watch.objects.values()
+                if (o["metadata"].get("labels") or {}).get(JOB_LABEL) in wanted
+            ]
+        return sorted(found, key=lambda o: str(o["metadata"]["name"]))
+
+    def synced(self, kinds: Iterable[str] = ("jobs", "pods")) -> bool:
+        with self.cond:
+            return all(
+                (w := self.kinds.get(k)) is not None and w.synced and not w.disabled for k in kinds
+            )
+
+    def wait(self, job_ids: list[str], timeout: float) -> bool:
+        """Sleep until an event changes one of ``job_ids`` (True) or ``timeout`` (False).
+        A plain sleep while the cache is not synced (the next poll LISTs anyway)."""
+        if not self.synced():
+            time.sleep(timeout)
+            return False
+        wanted = set(job_ids)
+        with self.cond:
+            since = getattr(self._read, "seq", self.seq)
+            self.sleeping += 1
+            try:
+                woke = self.cond.wait_for(
+                    lambda: any(self.changed.get(j, 0) > since for j in wanted), timeout
+                )
+            finally:
+                self.sleeping -= 1
+                self.used = time.monotonic()
+            if woke:
+                self.wakeups += 1
+            return bool(woke)
+
+    def stop(self) -> None:
+        """Stop every watch of the namespace (their threads end; the cache is dropped)."""
+        with self.cond:
+            self.stopped = True
+            for watch in self.kinds.values():
+                _close(watch.response)
+
+    # ---- the watch thread -----------------------------------------------------------------
+    def _started(self, kind: str) -> KindWatch:
+        """The kind's watch, its thread (re)started if it is not running (under cond)."""
+        watch = self.kinds.setdefault(kind, KindWatch(kind))
+        if watch.disabled is None and (watch.thread is None or not watch.thread.is_alive()):
+            watch.synced, watch.rv = False, None  # a stopped watch's cache is stale
+            watch.thread = threading.Thread(
+                target=self._run,
+                args=(watch,),
+                name=f"kinetic-watch-{self.client.namespace}-{kind}",
+                daemon=True,
+            )
+            watch.thread.start()
+        return watch
+
+    def _idle(self) -> bool:
+        if self.stopped or not enabled():
+            return True
+        return not self.sleeping and time.monotonic() - self.used > IDLE_AFTER
+
+    def _run(self, watch: KindWatch) -> None:
+        """Sessions (relist if due, then one watch request) until idle; transient errors
+        back off and reconnect; a permanent one leaves the kind to LIST."""
+        try:
+            while not self._idle():
+                policy = reconnect_retry(reconnects_after, self._idle)
+                try:
+                    policy(self._session, watch)
+                except Exception as exc:
+                    if self._idle():
+                        return
+                    self._disable(watch, exc)
+                    return
+        finally:
+            with self.cond:
+                watch.synced, watch.response = False, None
+                if watch.disabled is None:
+                    watch.objects.clear()
+
+    def _disable(self, watch: KindWatch, exc: Exception) -> None:
+        """A watch the server refuses for good: this process LISTs the kind from now on."""
+        with self.cond:
+            watch.disabled = str(exc)
+        hint = (
+            " (grant the `watch` verb in the Role to save the LISTs: docs/kubernetes.md)"
+            if isinstance(exc, PermissionDenied)
+            else ""
+        )
+        log.warning(
+            "kinetic: cannot watch %s in namespace %s, polling with LIST instead%s: %s",
+            watch.kind,
+            self.client.namespace,
+            hint,
+            exc,
+        )
+
+    def _session(self, watch: KindWatch) -> None:
+        """Relist when needed, then stream one watch request's events into the cache.
+        Returns when the server ends the stream (or on 410: relist next); raises on a
+        dropped connection (the policy backs off and calls again)."""
+        try:
+            due = time.monotonic() - watch.listed_at > RELIST_EVERY
+            if watch.rv is None or due:
+                self._relist(watch)
+            rv = watch.rv
+            left = RELIST_EVERY - (time.monotonic() - watch.listed_at)
+            query = {
+                "labelSelector": SELECTOR,
+                "resourceVersion": rv,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(max(1, min(WATCH_SECONDS, int(left)))),
+            }
+            events = self.client.watch(
+                self.client.ns(watch.kind),
+                query,
+                read_timeout=WATCH_SECONDS + 30,
+                opened=lambda response: self._opened(watch, response),
+            )
+            for event in events:
+                if not self._event(watch, event):
+                    return
+        except KubeApiError as exc:
+            if exc.status != 410:
+                self._lost(watch)
+                raise
+            self._gone(watch)
+        except BaseException:
+            self._lost(watch)
+            raise
+
+    def _opened(self, watch: KindWatch, response: Any) -> None:
+        with self.cond:
+            watch.watches += 1
+            watch.response = response
+            watch.synced = watch.rv is not None
+
+    def _lost(self, watch: KindWatch) -> None:
+        with self.cond:
+            watch.failures += 1
+            watch.synced, watch.response = False, None
+
+    def _gone(self, watch: KindWatch) -> None:
+        """410 Gone: the server no longer has our version; the cache stays until the
+        relist replaces it (the next session does it first)."""
+        with self.cond:
+            watch.gone += 1
+            watch.rv = None
+            watch.synced = False
+
+    def _event(self, watch: KindWatch, event: dict[str, Any]) -> bool:
+        """Apply one event; False when the stream must end (410 Gone: relist)."""
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                self._gone(watch)
+                return False
+            raise KubeApiError(int(obj.get("code") or 500), str(obj.get("message")), "watch")
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        with self.cond:
+            if kind != "BOOKMARK":
+                name = obj["metadata"]["name"]
+                old = watch.objects.pop(name, None)
+                if kind != "DELETED":
+                    watch.objects[name] = obj
+                self._touch(old, obj)
+            if rv:
+                watch.rv = rv
+        return not self._idle()
+
+    def _touch(self, *objects: dict[str, Any] | None) -> None:
+        """Note a change of the jobs of ``objects`` and wake their waiters (under cond)."""
+        self.seq += 1
+        for obj in objects:
+            if obj is not None:
+                job = (obj["metadata"].get("labels") or {}).get(JOB_LABEL)
+                if job:
+                    self.changed[job] = self.seq
+                    for listener in self.listeners:
+                        listener(job)
+        self.cond.notify_all()
+
+    def _relist(self, watch: KindWatch) -> None:
+        """A paged LIST of the kind; replaces the cache, waking the jobs that differ."""
+        items: dict[str, dict[str, Any]] = {}
+        token: str | None = None
+        rv = ""
+        while True:
+            query = {"labelSelector": SELECTOR, "limit": LIST_PAGE, "continue": token}
+            page = self.client.call("GET", self.client.ns(watch.kind), query=query)
+            for item in page.get("items") or []:
+                items[item["metadata"]["name"]] = item
+            token = (page.get("metadata") or {}).get("continue") or None
+            rv = (page.get("metadata") or {}).get("resourceVersion") or rv
+            with self.cond:
+                watch.lists += 1
+            if token is None:
+                break
+        with self.cond:
+            for name in watch.objects.keys() | items.keys():
+                old, new = watch.objects.get(name), items.get(name)
+                if _version(old) != _version(new):
+                    self._touch(old, new)
+            watch.objects = items
+            watch.rv = rv
+            watch.listed_at = time.monotonic()
+            self._forget_gone_jobs()
+
+    def _forget_gone_jobs(self) -> None:
+        """Drop the change marks of jobs no cache holds any more (their last change, the
+        deletion, woke their waiters already): memory stays bounded (under cond)."""
+        present = {
+            (o["metadata"].get("labels") or {}).get(JOB_LABEL)
+            for w in self.kinds.values()
+            for o in w.objects.values()
+        }
+        self.changed = {j: s for j, s in self.changed.items() if j in present}
+
+
+def _version(obj: dict[str, Any] | None) -> str | None:
+    return None if obj is None else str(obj["metadata"].get("resourceVersion"))
+
+
+def _close(response: Any) -> None:
+    """End a streaming response from another thread (its reader sees the stream end)."""
+    if response is None:
+        return
+    with contextlib.suppress(Exception):
+        if hasattr(response, "shutdown"):
+            response.shutdown()
+        response.close()
+
+
+_registry: dict[tuple[object, ...], NamespaceWatch] = {}
+_lock = threading.Lock()
+_pid: int | None = None
+
+
+def _connection(client: KubeClient) -> tuple[object, ...]:
+    """Who reads where: the server, a digest of the credentials, the namespace. (Not the
+    kubeconfig as given: a submitter's content and a waiter's reference to it are one.)"""
+    cfg = client.api.configuration
+    who = repr((sorted((cfg.api_key or {}).items()), cfg.cert_file, cfg.username))
+    return (cfg.host, hashlib.sha256(who.encode()).hexdigest(), client.namespace)
+
+
+def namespace_watch(client: KubeClient, *, create: bool = True) -> NamespaceWatch | None:
+    """The process's watch of ``client``'s cluster and namespace (None when switched off;
+    without ``create``, None unless a poll made it, so nothing loads credentials). Keyed
+    by the connection, not the client: every backend of that namespace shares it. A
+    forked child starts its own (threads do not survive a fork)."""
+    global _pid
+    if not enabled() or not (create or client.loaded):
+        return None
+    key = _connection(client)
+    with _lock:
+        if _pid != os.getpid():
+            _registry.clear()
+            _pid = os.getpid()
+        if key not in _registry and create:
+            _registry[key] = NamespaceWatch(client)
+        return _registry.get(key)
+
+
+def watches() -> list[NamespaceWatch]:
+    """Every namespace watch of this process (what the tests and the bench count)."""
+    with _lock:
+        return list(_registry.values()) if _pid == os.getpid() else []
+
+
+def stop_all() -> None:
+    """Stop and forget every watch of the process (tests, the bench between phases)."""
+    with _lock:
+        found = list(_registry.values())
+        _registry.clear()
+    for watch in found:
+        watch.stop()
+
+
+__all__ = [
+    "ENV_SWITCH",
+    "KindWatch",
+    "NamespaceWatch",
+    "enabled",
+    "namespace_watch",
+    "stop_all",
+    "watches",
+]

@@ -1,0 +1,215 @@
+"""Watch-based status (``backends/kubernetes/watch.py``) against the real API server.
+
+Each test starts from no watch in the process (``stop_all``), so its counts are its own.
+What is asserted is what the watch did (why a sleep ended, how many watch requests the
+API server audited, 410s seen), never how long something took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kinetic_core as kc
+from kinetic_core import polling
+from kinetic_core.backends import get_backend
+from kinetic_core.backends.kubernetes import KubernetesBackend
+from kinetic_core.backends.kubernetes import watch as kube_watch
+from kinetic_core.backends.kubernetes.client import USER_AGENT
+from kinetic_core.polling import poll_ticks
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import k8s_fns
+from cluster.cluster import KINETIC_RULES, TestCluster
+
+
+@pytest.fixture(autouse=True)
+def fresh_watches() -> Iterator[None]:
+    kube_watch.stop_all()
+    yield
+    kube_watch.stop_all()
+
+
+def _backend(target: kc.Target) -> KubernetesBackend:
+    backend = get_backend(target.resolve())
+    assert isinstance(backend, KubernetesBackend)
+    return backend
+
+
+def _synced_watch(backend: KubernetesBackend) -> kube_watch.NamespaceWatch:
+    """Poll until the namespace's Job and Pod watches are synced; the watch."""
+    for _ in poll_ticks(interval=0.2, timeout=60, describe=lambda: "the watch to sync"):
+        backend.poll(["no-such-job"])
+        watch = kube_watch.namespace_watch(backend.client)
+        assert watch is not None
+        if watch.synced():
+            return watch
+    raise AssertionError("unreachable")
+
+
+def _move_etcd_on(cluster: TestCluster) -> None:
+    """Two writes to etcd outside the API server's keys: its revision moves on, as other
+    writers move it while an API server is down."""
+    argv = cluster._argv["kube-apiserver"]
+    etcd = next(a.split("=", 1)[1] for a in argv if a.startswith("--etcd-servers="))
+    key = base64.b64encode(b"kinetic-test/revision").decode()
+    for verb, body in (("put", {"key": key, "value": "MQ=="}), ("deleterange", {"key": key})):
+        request = urllib.request.Request(
+            f"{etcd}/v3/kv/{verb}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert "revision" in json.loads(answer.read())["header"]
+
+
+def _watch_requests(cluster: TestCluster, resource: str) -> int:
+    return cluster.count_requests("watch", resource, USER_AGENT)
+
+
+@pytest.mark.timeout(240)
+def test_a_sleeping_waiter_is_woken_by_the_watch_event(kube: kc.Target) -> None:
+    """poll_interval 60 s, and every sleep of 60 s ends because an event of the job
+    arrived (``wakeups`` grows by one per sleep) until the job reads SUCCEEDED."""
+    target = replace(kube, poll_interval=60)
+    backend = _backend(target)
+    watch = _synced_watch(backend)
+    job = kc.submit(k8s_fns.sleep, (2,), target=target)
+    sleeps = 0
+    while not job.state().terminal:
+        before = watch.wakeups
+        backend.poll([job.job_id])  # what a wait does before it sleeps
+        backend.sleep_until_change([job.job_id], 60)
+        sleeps += 1
+        assert watch.wakeups == before + 1, "a sleep ended by its timeout, not by an event"
+    assert job.state().status is kc.JobStatus.SUCCEEDED
+    assert sleeps >= 1
+    assert backend.poll([job.job_id])[job.job_id].phase == "exited"
+
+
+@pytest.mark.timeout(300)
+def test_after_an_api_server_restart_the_watch_reconnects_relists_on_410_and_goes_on(
+    k8s_cluster: TestCluster, kube: kc.Target
+) -> None:
+    """The API server is killed and started again (as when GKE upgrades the control
+    plane): the watch loses its connection and backs off until the server is back. etcd
+    moves on meanwhile (as it does under other writers), so the new server's watch cache
+    starts past our version and resuming from it is answered 410 Gone (expired): the
+    watch relists, and a job submitted afterwards is observed through it (a sleeping wait
+    woken by its events)."""
+    backend = _backend(kube)
+    watch = _synced_watch(backend)
+    jobs = watch.kinds["jobs"]
+    watches_before, lists_before = jobs.watches, jobs.lists
+    with k8s_cluster.control_plane_outage():
+        for _ in poll_ticks(interval=0.2, timeout=30, describe=lambda: "the watch to drop"):
+            if not watch.synced():
+                break
+        _move_etcd_on(k8s_cluster)
+    assert jobs.failures >= 1, "the watch did not notice the dropped connection"
+    _synced_watch(backend)
+    assert jobs.watches > watches_before
+    assert jobs.gone >= 1, "the restarted server did not answer 410 Gone to the old version"
+    assert jobs.lists > lists_before, "no relist after 410 Gone"
+    job = kc.submit(k8s_fns.sleep, (1,), target=replace(kube, poll_interval=60))
+    woken = watch.wakeups
+    assert job.wait(timeout=180).status is kc.JobStatus.SUCCEEDED
+    assert watch.wakeups > woken, "no wait was woken by an event after the reconnect"
+
+
+@pytest.mark.timeout(240)
+def test_without_the_watch_verb_polls_fall_back_to_list_with_one_warning(
+    k8s_cluster: TestCluster, kube: kc.Target, caplog: pytest.LogCaptureFixture
+) -> None:
+    rules = [{**r, "verbs": [v for v in r["verbs"] if v != "watch"]} for r in KINETIC_RULES]
+    content = k8s_cluster.service_account_kubeconfig("kinetic-no-watch", rules)
+    target = replace(kube, kubeconfig=content)
+    with caplog.at_level(logging.WARNING, logger=kube_watch.__name__):
+        job = kc.submit(k8s_fns.square, (5,), target=target)
+        assert job.wait(timeout=120).status is kc.JobStatus.SUCCEEDED
+        backend = _backend(target)
+        for _ in poll_ticks(interval=0.2, timeout=60, describe=lambda: "the pod to exit"):
+            if backend.poll([job.job_id])[job.job_id].phase == "exited":
+                break
+        watch = kube_watch.namespace_watch(backend.client)
+        assert watch is not None
+        for _ in poll_ticks(interval=0.2, timeout=60, describe=lambda: "the refusals"):
+            backend.poll([job.job_id])
+            if all(watch.kinds[k].disabled for k in ("jobs", "pods")):
+                break
+        for _ in poll_ticks(interval=0.2, timeout=60, describe=lambda: "the pod to exit"):
+            if backend.poll([job.job_id])[job.job_id].phase == "exited":  # by LIST
+                break
+    assert len(kube_watch.watches()) == 1, "the submitter and the waiter watch apart"
+    for kind in ("jobs", "pods"):
+        assert watch.kinds[kind].watches == 0
+    warned = [r for r in caplog.records if "cannot watch" in r.getMessage()]
+    kinds = [r.getMessage().split()[3] for r in warned]
+    assert {"jobs", "pods"} <= set(kinds) and len(kinds) == len(set(kinds)), kinds
+    assert all("watch" in r.getMessage() and "Role" in r.getMessage() for r in warned)
+
+
+@pytest.mark.timeout(240)
+def test_many_waiters_in_one_process_share_one_watch(
+    k8s_cluster: TestCluster, kube: kc.Target
+) -> None:
+    """Six threads wait (two per job) through two backend instances of one namespace:
+    every watch request the API server saw came from the one shared watch per kind."""
+    before = {k: _watch_requests(k8s_cluster, k) for k in ("jobs", "pods")}
+    other = replace(kube, lost_grace=301.0)  # another backend instance, same namespace
+    assert _backend(kube) is not _backend(other)
+    jobs = [kc.submit(k8s_fns.square, (i,), target=kube) for i in range(3)]
+    results: list[Any] = []
+
+    def wait(job: kc.JobHandle, target: kc.Target) -> None:
+        results.append(kc.attach(job.job_id, target=target).result(timeout=180))
+
+    threads = [threading.Thread(target=wait, args=(job, t)) for job in jobs for t in (kube, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 6
+    assert len(kube_watch.watches()) == 1
+    watch = kube_watch.watches()[0]
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("kinetic-watch-")]
+    assert sorted(alive) == ["kinetic-watch-default-jobs", "kinetic-watch-default-pods"]
+    made = {kind: watch.kinds[kind].watches for kind in ("jobs", "pods")}
+    kube_watch.stop_all()  # the server audits a watch request once it ends
+    for kind in ("jobs", "pods"):
+        assert made[kind] >= 1
+        for _ in poll_ticks(interval=0.2, timeout=30, describe=lambda: "the audit log"):
+            seen = _watch_requests(k8s_cluster, kind) - before[kind]
+            if seen >= made[kind]:
+                break
+        assert seen == made[kind], f"{kind}: {seen} watches audited, the shared one made {made}"
+        assert seen <= 3, f"{seen} watch requests of {kind} for one shared watch"
+
+
+@pytest.mark.timeout(240)
+def test_the_shared_poller_polls_a_job_when_the_watch_sees_it_change(
+    kube: kc.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The async shared poller's schedule: one quick first poll, then an hour between
+    polls. The job still ends for its waiter: each watch event of it makes the poller
+    poll that job at once (``on_change``). Without the wake this hangs until the test's
+    timeout."""
+    backend = _backend(kube)
+    _synced_watch(backend)
+    monkeypatch.setattr(polling, "delays", lambda interval, first=0.0: iter([0.0, *[3600.0] * 99]))
+    job = kc.submit(k8s_fns.sleep, (2,), target=kube)
+    poller = polling.shared_poller()
+    polls = poller.polls
+    state = asyncio.run(job.await_(timeout=200))
+    assert state.status is kc.JobStatus.SUCCEEDED
+    assert poller.polls - polls >= 2, "the job ended without a poll the watch caused"
