@@ -63,6 +63,14 @@ _EXPORTS = {
     "sync_outputs": "kinetic_core.outputs",
     "worker": "kinetic_core.workers",
     "Worker": "kinetic_core.workers",
+    "SignalAck": "kinetic_core.signals",
+    "SignalRequest": "kinetic_core.signals",
+    "GpuSample": "kinetic_core.telemetry",
+    "JobTop": "kinetic_core.telemetry",
+    "WorkerSample": "kinetic_core.telemetry",
+    "PortForward": "kinetic_core.ports",
+    "PortSpec": "kinetic_core.ports",
+    "parse_ports": "kinetic_core.ports",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -76,6 +84,7 @@ _EXPORTS = {
             "StorageError",
             "BackendError",
             "JobNotFound",
+            "JobNotRunning",
             "CorruptRecord",
             "PayloadIntegrityError",
             "PayloadFormatUnsupported",
@@ -86,6 +95,7 @@ _EXPORTS = {
             "JobCancelled",
             "JobFailed",
             "ResultNotAvailable",
+            "SignalRefused",
             "RemoteError",
             "BatchError",
         )
@@ -133,6 +143,7 @@ if TYPE_CHECKING:
         JobCancelled,
         JobFailed,
         JobNotFound,
+        JobNotRunning,
         JobSetupError,
         KineticError,
         PayloadFormatUnsupported,
@@ -142,6 +153,7 @@ if TYPE_CHECKING:
         RequirementsFailed,
         ResultNotAvailable,
         SerializationError,
+        SignalRefused,
         StorageError,
         SubmissionError,
         SubmissionRefused,
@@ -165,8 +177,11 @@ if TYPE_CHECKING:
         run_in_background,
         shared_poller,
     )
+    from kinetic_core.ports import PortForward, PortSpec, parse_ports
+    from kinetic_core.signals import SignalAck, SignalRequest
     from kinetic_core.states import ChildStatus, JobState, JobStatus
     from kinetic_core.status import resolve_states
     from kinetic_core.submission import asubmit, submit
+    from kinetic_core.telemetry import GpuSample, JobTop, WorkerSample
     from kinetic_core.termination import cancel_on_termination, install_termination_handler
     from kinetic_core.workers import Worker, worker

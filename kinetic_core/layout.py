@@ -15,6 +15,9 @@ jobs/{job_id}/logs/{worker}/{seq:08d}.log  its bytes in chunks of exactly the ch
                                  last one shorter, rewritten as it grows); worker: worker-0, ...
 jobs/{job_id}/history/{status}-{reason}.json  one create-only record per observed transition
 jobs/{job_id}/superseded.json    create-only: the attempt that recovered this one
+jobs/{job_id}/signals/{request}.json      create-only: a signal asked for (signals.py)
+jobs/{job_id}/signal-acks/{request}-worker-{k}.json  worker k delivered it (or said why not)
+jobs/{job_id}/telemetry/worker-{k}.json   worker k's latest telemetry sample (telemetry.py)
 keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids are probed)
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
@@ -56,6 +59,9 @@ SUPERSEDED = "superseded.json"
 HISTORY = "history"
 LOGS = "logs"
 LOG_STREAM = "stream.json"
+SIGNALS = "signals"
+SIGNAL_ACKS = "signal-acks"
+TELEMETRY = "telemetry"
 # What cleanup(storage=True) deletes: the envelopes. The records stay as a tombstone.
 ENVELOPES = (PAYLOAD, RESULT)
 
@@ -167,3 +173,21 @@ def launches(group_id: str) -> str:
 
 def launch_ticket(group_id: str, seq: int) -> str:
     return f"{BATCHES}/{group_id}/launches/{seq}.json"
+
+
+def signals_dir(job_id: str) -> str:
+    return f"{JOBS}/{job_id}/{SIGNALS}"
+
+
+def signal_request(job_id: str, request_id: str) -> str:
+    """``jobs/{job_id}/signals/{request_id}.json``; ``request_id`` is checked by the caller."""
+    return f"{JOBS}/{job_id}/{SIGNALS}/{request_id}.json"
+
+
+def signal_ack(job_id: str, request_id: str, worker: int) -> str:
+    return f"{JOBS}/{job_id}/{SIGNAL_ACKS}/{request_id}-worker-{int(worker)}.json"
+
+
+def telemetry_record(job_id: str, worker: int = 0) -> str:
+    """``jobs/{job_id}/telemetry/worker-{k}.json``: overwritten with each new sample."""
+    return f"{JOBS}/{job_id}/{TELEMETRY}/worker-{int(worker)}.json"

@@ -1,7 +1,9 @@
-"""``kinetic jobs list|status|history|logs|result|cancel|cleanup``."""
+"""``kinetic jobs list|status|history|logs|result|cancel|cleanup|signal|top``."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any
 
 import click
@@ -23,6 +25,7 @@ from kinetic_core.cli.common import (
     listable_root,
     target_of,
 )
+from kinetic_core.polling import poll_ticks
 from kinetic_core.storage import open_storage
 
 job_id_argument = click.argument("job_id", shell_complete=complete_job_id)
@@ -251,3 +254,145 @@ def cleanup(ctx: click.Context, job_id: str, outputs: bool) -> int:
     handle.cleanup(outputs=outputs)  # also stops what a debug=True job kept for inspection
     click.echo(f"{handle.job_id}: cleaned up")
     return DONE
+
+
+# ---- signal and top (neuro's send_signal and top) -----------------------------------------
+
+
+@jobs.command("signal")
+@job_id_argument
+@click.argument("sig", metavar="SIGNAL")
+@click.option(
+    "--worker",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Only worker N (default: every worker).",
+)
+@click.option("--wait", is_flag=True, help="Wait until the job's runner delivered it.")
+@click.option("--timeout", type=float, default=30.0, show_default=True, metavar="S")
+@json_option
+@click.pass_context
+def signal_(
+    ctx: click.Context,
+    job_id: str,
+    sig: str,
+    worker: int | None,
+    wait: bool,
+    timeout: float,
+    as_json: bool,
+) -> int:
+    """Send SIGNAL (SIGUSR1, USR1 or 10) to a running job's function process."""
+    handle = kc.attach(job_id, target=target_of(ctx))
+    req = handle.send_signal(sig, worker=worker, wait=wait, timeout=timeout)
+    if as_json:
+        render.emit_json(dataclasses.asdict(req))
+        return DONE
+    to = "every worker" if worker is None else f"worker {worker}"
+    click.echo(f"{req.job_id}: {req.signal} sent to {to} (request {req.request_id})")
+    for ack in req.acks:
+        click.echo(f"  worker {ack.worker}: {ack.note}")
+    if wait and not req.acks:
+        render.hint(f"{req.job_id} ended before its runner read the request")
+    return DONE if not wait or req.delivered else JOB_FAILED
+
+
+@jobs.command()
+@job_id_argument
+@click.option("--watch", is_flag=True, help="Print again every few seconds until the job ends.")
+@click.option("--interval", type=float, default=5.0, show_default=True, metavar="S")
+@json_option
+@click.pass_context
+def top(ctx: click.Context, job_id: str, watch: bool, interval: float, as_json: bool) -> int:
+    """A running job's CPU, memory and GPU use, per worker (sampled by its runner)."""
+    handle = kc.attach(job_id, target=target_of(ctx))
+    shown: tuple[Any, ...] = ()
+    for _ in poll_ticks(interval=interval, timeout=None, describe=lambda: "top"):
+        now = handle.top()
+        seen = (now.status, *(w.at for w in now.workers))
+        if seen == shown:  # the ticks start short: print only what is new
+            continue
+        shown = seen
+        if as_json:
+            render.emit_json(now.to_dict())
+        else:
+            render.console().print(_top_table(now))
+            if now.note:
+                render.hint(f"{now.job_id}: {now.note}")
+        if not watch or kc.JobStatus(now.status).terminal:
+            return DONE
+    return DONE  # pragma: no cover: poll_ticks never ends by itself
+
+
+def _top_table(now: kc.JobTop) -> Any:
+    """One row per worker (and per GPU of that worker)."""
+    from rich.table import Table
+
+    table = Table(title=f"{now.job_id} ({now.status})")
+    for column in ("worker", "sampled", "CPU %", "RSS", "GPU", "GPU util %", "GPU memory"):
+        table.add_column(column)
+    for w in now.workers:
+        cells = [str(w.worker), render.seconds_text(time.time() - w.at) + " ago"]
+        cells += [_num(w.cpu_percent), _bytes(w.rss_bytes)]
+        for i, gpu in enumerate(w.gpus or [None]):
+            gpu_cells = (
+                ["-", "-", "-"]
+                if gpu is None
+                else [
+                    f"{gpu.index} {gpu.name}",
+                    _num(gpu.utilization_percent),
+                    f"{_bytes(gpu.memory_used_bytes)} / {_bytes(gpu.memory_total_bytes)}",
+                ]
+            )
+            table.add_row(*(cells if i == 0 else [""] * 4), *gpu_cells)
+    return table
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"  # pragma: no cover
+
+
+@jobs.command("port-forward")
+@job_id_argument
+@click.argument("ports", nargs=-1, required=True, metavar="[LOCAL]:REMOTE|PORT...")
+@click.option(
+    "--worker",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Forward to worker N of a multi-host job.",
+)
+@click.pass_context
+def port_forward(ctx: click.Context, job_id: str, ports: tuple[str, ...], worker: int) -> int:
+    """Forward local ports to a running job's ports (TensorBoard, a profiler) until Ctrl-C.
+
+    Each port is LOCAL:REMOTE, PORT (the same number on both sides) or :REMOTE (any free
+    local port), as kubectl port-forward takes them; only 127.0.0.1 listens. On Kubernetes
+    through the API server's pod port-forward (RBAC: pods/portforward get, create); a
+    local-backend job's ports are already on localhost (said, exit 0). Exit 1 when the
+    forward stops by itself (the job's pod went away)."""
+    handle = kc.attach(job_id, target=target_of(ctx))
+    forward = handle.port_forward(*ports, worker=worker)
+    if forward.already_local:
+        click.echo(f"{handle.job_id}: {forward.note}")
+        return DONE
+    with forward:
+        for spec in forward.ports:
+            click.echo(f"Forwarding from 127.0.0.1:{spec.local} -> {spec.remote}")
+        render.hint(f"{handle.job_id}: {forward.note}; Ctrl-C stops.")
+        try:
+            forward.wait()
+        except KeyboardInterrupt:
+            return DONE
+    return JOB_FAILED if forward.ended else DONE
