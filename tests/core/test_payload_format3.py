@@ -5,6 +5,7 @@ refuses a format 3 envelope with a typed error that says what to install."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import kinetic_core as kc
 from kinetic_core import chunks
 from kinetic_core.payload import MAGIC, load_envelope, read_summary
 from kinetic_core.storage import open_storage
+from tests.core import jobfns
 from tests.core.envelopes import Marker, write_envelope
 from tests.core.formats import without_blake3
 
@@ -102,3 +104,22 @@ def test_a_reader_without_blake3_refuses_format_3_saying_what_to_install(
     assert issubclass(kc.PayloadFormatUnsupported, kc.PayloadIntegrityError)
     assert not list(tmp_path.glob("unpickled-marke*"))
     assert read_summary(open_storage(storage_uri), "e.pkl")["format"] == 3  # header: readable
+
+
+def test_a_runner_without_blake3_fails_the_job_saying_what_to_install(
+    storage_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submitter with the fast extra, a job environment without it (a runner image built
+    without the extra): the job fails in its load phase with the typed error, before its
+    function ran, and its result (format 2, written by that runner) reads back here."""
+    hide = tmp_path / "no-blake3"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['blake3'] = None\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("KINETIC_LOCAL_ZYGOTE", "0")  # a fresh interpreter runs sitecustomize
+    marker = tmp_path / "ran"
+    job = kc.submit(jobfns.write_marker, (str(marker),))
+    with pytest.raises(kc.PayloadFormatUnsupported, match=r"kinetic-workflows\[fast\]"):
+        job.result(timeout=120)
+    assert job.state().status is kc.JobStatus.FAILED
+    assert not marker.exists()
