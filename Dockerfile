@@ -26,7 +26,7 @@ WORKDIR /opt/kinetic
 COPY pyproject.toml README.md ./
 COPY kinetic_core ./kinetic_core
 COPY providers ./providers
-RUN pip install ".[gcs,kubernetes]" uv ${CLOUDPICKLE_VERSION:+"cloudpickle==${CLOUDPICKLE_VERSION}"} \
+RUN pip install ".[gcs,kubernetes,fast]" uv ${CLOUDPICKLE_VERSION:+"cloudpickle==${CLOUDPICKLE_VERSION}"} \
     && useradd --create-home --uid 1000 kinetic \
     && mkdir -p /var/cache/kinetic && chown kinetic /var/cache/kinetic
 

@@ -8,8 +8,8 @@ Measured side by side in one process, interleaved, medians over ``--repeats``:
 
 Goals: kinetic <= 3x bare, and submitit / kinetic >= 5.
 
-Then it breaks kinetic's time down (submit call, launch, job start, run+store, exit
-record, detection latency, collect, cleanup) from the records the job writes, counts the
+Then it breaks kinetic's time down (submit call, launch, job start, run+store+decide,
+finished and exit records, detection latency, collect, cleanup) from the records the job writes, counts the
 backend polls per round trip, and profiles the job side's imports with
 ``python -X importtime``.
 """
@@ -109,8 +109,21 @@ def read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
+def wait_for_json(path: Path, timeout: float = 10.0) -> dict[str, Any]:
+    """A record another process writes a little later (empty dict if it never comes)."""
+    deadline = time.monotonic() + timeout
+    while not (record := read_json(path)) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return record
+
+
 def breakdown_once(kc: Any, target: Any, root: Path, polls: list[int]) -> dict[str, float]:
-    """One round trip split into phases, using the records the job side writes."""
+    """One round trip split into phases, using the records the job side writes.
+
+    The job reads terminal as soon as the runner decides its outcome (``outcome.json``),
+    before the supervisor writes ``exit.json``: detection is measured from the outcome's
+    ``at``, and the exit record is awaited after ``wait()`` (it may not exist yet then).
+    """
     t0 = time.time()
     handle = kc.submit(noop, target=target)
     t1 = time.time()
@@ -118,10 +131,13 @@ def breakdown_once(kc: Any, target: Any, root: Path, polls: list[int]) -> dict[s
     handle.wait()
     t2 = time.time()
     wait_polls = polls[0] - before
+    job_dir = root / "jobs" / handle.job_id
     launch = read_json(root / "backend-local" / handle.job_id / "launch.json")
-    exit_rec = read_json(root / "backend-local" / handle.job_id / "exit.json")
-    started = read_json(root / "jobs" / handle.job_id / "started.json")
-    finished = read_json(root / "jobs" / handle.job_id / "finished.json")
+    started = read_json(job_dir / "started.json")
+    outcome = read_json(job_dir / "outcome.json")
+    finished = wait_for_json(job_dir / "finished.json")
+    exit_rec = wait_for_json(root / "backend-local" / handle.job_id / "exit.json")
+    t2b = time.time()
     handle.result(cleanup=False)
     t3 = time.time()
     handle.cleanup()
@@ -130,11 +146,12 @@ def breakdown_once(kc: Any, target: Any, root: Path, polls: list[int]) -> dict[s
         "submit() call": t1 - t0,
         "  of which launch (Popen)": launch["launched_at"] - t0,
         "job: supervisor+runner start": started["at"] - launch["launched_at"],
-        "job: load call, run, store result": finished["at"] - started["at"],
-        "job: runner exit -> exit.json": exit_rec["finished_at"] - finished["at"],
-        "detection latency (exit -> wait returns)": t2 - exit_rec["finished_at"],
+        "job: load call, run, store result, decide": outcome["at"] - started["at"],
+        "job: decided -> finished.json": finished["at"] - outcome["at"],
+        "job: finished.json -> exit.json": exit_rec["finished_at"] - finished["at"],
+        "detection latency (decided -> wait returns)": t2 - outcome["at"],
         "wait() total": t2 - t1,
-        "result(cleanup=False) after wait": t3 - t2,
+        "result(cleanup=False) after wait": t3 - t2b,
         "cleanup()": t4 - t3,
         "polls during wait()": float(wait_polls),
     }

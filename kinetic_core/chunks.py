@@ -2,7 +2,10 @@
 all cores, and never handed to the unpickler unchecked.
 
 A body is cut into ``CHUNK``-sized spans at fixed offsets and the writer records each
-span's sha256; the list goes into the envelope's signed header (``digest_of`` binds it).
+span's digest; the list goes into the envelope's signed header (``digest_of`` binds it).
+The digest is sha256 (envelope format 2) or, where the optional ``blake3`` package is
+installed (the ``fast`` extra), BLAKE3 (format 3): 256 bits as well, ~5x faster on one
+core, so a 2-core machine hashes at disk speed instead of ~0.5 GB/s.
 The reader hands pickle only bytes of spans whose digest matched, so a body is read once:
 there is no separate verification pass, and nothing can change between the check and the
 unpickling. Large values (``bytes``, ``bytearray``, NumPy arrays) are read by pickle with
@@ -17,6 +20,7 @@ import hashlib
 import hmac
 import os
 import threading
+from collections.abc import Callable
 from typing import IO, Any
 
 from kinetic_core.errors import PayloadIntegrityError
@@ -24,11 +28,35 @@ from kinetic_core.parallel import CORES, parallel
 from kinetic_core.storage import write_failed
 
 CHUNK = 8 << 20
+SHA256 = "sha256"
+BLAKE3 = "blake3"
 
 
-def digest_of(chunk: int, digests: list[str]) -> str:
-    """The body's sha256: over the chunk size and every chunk's digest, in order."""
-    sha = hashlib.sha256(f"kinetic-chunks {chunk}\n".encode())
+def blake3_available() -> bool:
+    """Whether the optional ``blake3`` package (the ``fast`` extra) can be imported (asked
+    per envelope, not cached: a cached import is a dict lookup)."""
+    try:
+        import blake3  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def hash_function(algorithm: str) -> Callable[..., Any]:
+    """The constructor of ``algorithm``'s hash objects (``update``/``hexdigest``).
+    ``blake3`` raises ImportError where the package is missing."""
+    if algorithm == BLAKE3:
+        from blake3 import blake3
+
+        return blake3
+    return hashlib.sha256
+
+
+def digest_of(chunk: int, digests: list[str], algorithm: str = SHA256) -> str:
+    """The body's sha256: over the chunk size, the chunk digest's algorithm (BLAKE3 only:
+    format 2's value stays as it was) and every chunk's digest, in order."""
+    label = "" if algorithm == SHA256 else f"{algorithm} "
+    sha = hashlib.sha256(f"kinetic-chunks {label}{chunk}\n".encode())
     for digest in digests:
         sha.update(bytes.fromhex(digest))
     return sha.hexdigest()
@@ -43,13 +71,15 @@ class HashingWriter:
     mistaken for an object that cannot be pickled.
     """
 
-    def __init__(self, fh: IO[bytes], where: str) -> None:
+    def __init__(self, fh: IO[bytes], where: str, algorithm: str = SHA256) -> None:
         self.fh = fh
         self.where = where
         self.chunk = CHUNK
         self.size = 0
         self.digests: list[str] = []
-        self._open = hashlib.sha256()  # the chunk being filled
+        self.algorithm = algorithm
+        self._new = hash_function(algorithm)
+        self._open = self._new()  # the chunk being filled
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
@@ -67,7 +97,7 @@ class HashingWriter:
         hashed = [""] * len(whole)
 
         def hash_one(i: int) -> None:
-            hashed[i] = hashlib.sha256(whole[i]).hexdigest()
+            hashed[i] = self._new(whole[i]).hexdigest()
 
         if whole:
             hasher = threading.Thread(target=parallel, args=(hash_one, range(len(whole)), CORES))
@@ -98,7 +128,7 @@ class HashingWriter:
 
     def _close(self) -> None:
         self.digests.append(self._open.hexdigest())
-        self._open = hashlib.sha256()
+        self._open = self._new()
 
 
 class VerifiedReader:
@@ -108,8 +138,17 @@ class VerifiedReader:
     raises PayloadIntegrityError, which aborts the unpickling."""
 
     def __init__(
-        self, fh: IO[bytes], *, size: int, digests: list[str], chunk: int, where: str
+        self,
+        fh: IO[bytes],
+        *,
+        size: int,
+        digests: list[str],
+        chunk: int,
+        where: str,
+        algorithm: str = SHA256,
     ) -> None:
+        self._new = hash_function(algorithm)
+        self._algorithm = algorithm
         self._fd = fh.fileno()  # both storages read through a real (possibly temporary) file
         self._size = size
         self._digests = digests
@@ -205,8 +244,8 @@ class VerifiedReader:
             if not got:
                 raise PayloadIntegrityError(f"{self._where} is truncated: it is corrupt.")
             done += got
-        if not hmac.compare_digest(hashlib.sha256(into).hexdigest(), self._digests[index]):
+        if not hmac.compare_digest(self._new(into).hexdigest(), self._digests[index]):
             raise PayloadIntegrityError(
-                f"{self._where} failed its sha256 check (chunk {index}): it is corrupt or "
-                "was modified."
+                f"{self._where} failed its {self._algorithm} check (chunk {index}): it is "
+                "corrupt or was modified."
             )

@@ -8,6 +8,7 @@ carry it; the signing key is a secret and is never serialized.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from dataclasses import dataclass, field, fields
@@ -176,13 +177,12 @@ class Target:
     def resolve(self, environ: dict[str, str] | None = None) -> Target:
         """Fill unset fields from ``KINETIC_*`` variables, then defaults; validate the result."""
         env = os.environ if environ is None else environ
-        hints = get_type_hints(Target)
         values: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             var = f"KINETIC_{f.name.upper()}"
             if value is None and f.name not in NOT_FROM_ENV and env.get(var, "") != "":
-                value = _parse_env(var, env[var], hints[f.name])
+                value = _parse_env(var, env[var], _target_hints()[f.name])
             values[f.name] = value
         values["backend"] = values["backend"] or registry.DEFAULT_BACKEND
         values["storage"] = normalize_storage_uri(values["storage"] or DEFAULT_STORAGE)
@@ -450,3 +450,9 @@ def _parse_env(var: str, raw: str, hint: Any) -> Any:
     except ValueError as exc:
         raise ConfigError(f"Cannot parse {var}={raw!r} as {kind}: {exc}") from None
     return raw
+
+
+@functools.cache
+def _target_hints() -> dict[str, Any]:
+    """Target's field types, evaluated once: ``get_type_hints`` cost ~1.4 ms per submit."""
+    return get_type_hints(Target)

@@ -143,6 +143,11 @@ class PayloadIntegrityError(KineticError):
     """An envelope failed its checksum or signature check; it was not unpickled."""
 
 
+class PayloadFormatUnsupported(PayloadIntegrityError):
+    """An envelope's format needs an optional package this environment lacks (format 3:
+    ``blake3``, the ``fast`` extra); it could not be checked, so it was not unpickled."""
+
+
 class WaitTimeout(KineticError, TimeoutError):
     """Waiting timed out. The job keeps running and its handle stays valid."""
 

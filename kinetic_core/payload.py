@@ -2,9 +2,14 @@
 
 Layout: ``body | header-json | u64 header length | MAGIC``. The header sits at the end so
 the body can be streamed straight to storage (a 1 GiB argument is never held twice in
-memory). The header lists a sha256 per chunk of the body (``chunks``) and is signed
-with HMAC-SHA256 when a signing key is set. Readers check the header and its signature
-BEFORE unpickling, because unpickling runs code, and hand pickle only verified chunks.
+memory). The header lists a digest per chunk of the body (``chunks``: sha256 in format
+2, BLAKE3 in format 3) and is signed with HMAC-SHA256 when a signing key is set. Readers
+check the header and its signature BEFORE unpickling, because unpickling runs code, and
+hand pickle only verified chunks.
+
+Format 3 is written where the optional ``blake3`` package is installed (the ``fast``
+extra), format 2 where it is not; both are read. A reader without ``blake3`` facing a
+format 3 envelope raises ``PayloadFormatUnsupported`` saying to install the extra.
 """
 
 from __future__ import annotations
@@ -18,24 +23,44 @@ import sys
 import threading
 import types
 from collections import ChainMap
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 import cloudpickle
 
 import kinetic_core
 from kinetic_core import signing
-from kinetic_core.chunks import CHUNK, HashingWriter, VerifiedReader, digest_of
-from kinetic_core.errors import PayloadIntegrityError, SerializationError, StorageError
+from kinetic_core.chunks import (
+    BLAKE3,
+    CHUNK,
+    SHA256,
+    HashingWriter,
+    VerifiedReader,
+    blake3_available,
+    digest_of,
+)
+from kinetic_core.errors import (
+    PayloadFormatUnsupported,
+    PayloadIntegrityError,
+    SerializationError,
+    StorageError,
+)
 from kinetic_core.storage import Storage
 
-#: 2: a sha256 per chunk of the body. Format 1 (0.1.0) hashed the body whole; it is still
-#: read (as one chunk), never written.
-FORMAT_VERSION = 2
-_READABLE = (1, 2)
+#: 2: a sha256 per chunk of the body; 3: a BLAKE3 digest per chunk (the ``fast`` extra).
+#: Format 1 (0.1.0) hashed the body whole; it is still read (as one chunk), never written.
+FORMAT_SHA256 = 2
+FORMAT_BLAKE3 = 3
+_READABLE = (1, 2, 3)
+_ALGORITHM = {1: SHA256, 2: SHA256, 3: BLAKE3}
 MAGIC = b"KNTCENV1"
 _TRAILER = struct.Struct(">Q")
 _by_value_lock = threading.Lock()
+
+
+def writing_format() -> int:
+    """The envelope format this process writes: 3 where ``blake3`` is installed, else 2."""
+    return FORMAT_BLAKE3 if blake3_available() else FORMAT_SHA256
 
 
 def python_version() -> str:
@@ -89,7 +114,8 @@ def dump_envelope(
     Raises SerializationError naming what could not be pickled, StorageError when the
     file cannot be written.
     """
-    writer = HashingWriter(fh, f"the {kind} of job {job_id}")
+    fmt = writing_format()
+    writer = HashingWriter(fh, f"the {kind} of job {job_id}", _ALGORITHM[fmt])
     modules = list(by_value)
     with _by_value_lock:  # cloudpickle's by-value registry is process-global
         registered = [m for m in map(_register_by_value, modules) if m is not None]
@@ -108,11 +134,11 @@ def dump_envelope(
             for module in registered:
                 cloudpickle.unregister_pickle_by_value(module)
     header: dict[str, Any] = {
-        "format": FORMAT_VERSION,
+        "format": fmt,
         "kind": kind,
         "job_id": job_id,
         "storage": storage,
-        "sha256": digest_of(writer.chunk, digests),
+        "sha256": digest_of(writer.chunk, digests, writer.algorithm),
         "body_len": writer.size,
         "chunk": writer.chunk,
         "digests": digests,
@@ -197,7 +223,15 @@ def _check_signature(header: dict[str, Any], *, where: str, signing_key: str | N
 
 def _chunking(header: dict[str, Any], *, where: str) -> tuple[int, list[str]]:
     """The body's chunk size and chunk digests, once they add up to the (signed) sha256.
-    The chunks themselves are checked as they are read."""
+    The chunks themselves are checked as they are read. Format 3 needs ``blake3`` here
+    (only here: its header alone, ``read_summary``, reads without it)."""
+    if header["format"] == FORMAT_BLAKE3 and not blake3_available():
+        raise PayloadFormatUnsupported(
+            f"{where} is envelope format 3 (BLAKE3 chunk digests), and the blake3 package is "
+            "not installed here: install it with pip install 'kinetic-workflows[fast]' (or pip "
+            "install blake3) in this environment; a runner image needs it too when its "
+            "submitters have it."
+        )
     if header["format"] == 1:  # hashed whole: one chunk
         return max(header["body_len"], 1), [str(header.get("sha256"))]
     chunk, digests = header.get("chunk"), header.get("digests")
@@ -207,7 +241,9 @@ def _chunking(header: dict[str, Any], *, where: str) -> tuple[int, list[str]]:
         or not isinstance(digests, list)
         or len(digests) != -(-header["body_len"] // chunk)
         or not all(isinstance(d, str) and len(d) == 64 for d in digests)
-        or not hmac.compare_digest(digest_of(chunk, digests), str(header.get("sha256")))
+        or not hmac.compare_digest(
+            digest_of(chunk, digests, _ALGORITHM[header["format"]]), str(header.get("sha256"))
+        )
     ):
         raise PayloadIntegrityError(
             f"{where} failed its sha256 check: it is corrupt or was modified."
@@ -257,19 +293,34 @@ def _verified(
                 "resubmit it here."
             )
         reader = VerifiedReader(
-            fh, size=header["body_len"], digests=digests, chunk=chunk, where=where
+            fh,
+            size=header["body_len"],
+            digests=digests,
+            chunk=chunk,
+            where=where,
+            algorithm=_ALGORITHM[header["format"]],
         )
         yield header, reader
 
 
 def load_envelope(
-    storage: Storage, key: str, *, kind: str, job_id: str, signing_key: str | None
+    storage: Storage,
+    key: str,
+    *,
+    kind: str,
+    job_id: str,
+    signing_key: str | None,
+    check: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[dict[str, Any], Any]:
-    """Verify then unpickle an envelope. Raises PayloadIntegrityError before unpickling."""
+    """Verify then unpickle an envelope. Raises PayloadIntegrityError before unpickling.
+    ``check`` sees the verified header before anything is unpickled and may raise (the
+    runner's version check: one header read per job start, not two)."""
     with _verified(storage, key, kind=kind, job_id=job_id, signing_key=signing_key) as (
         header,
         fh,
     ):
+        if check is not None:
+            check(header)
         return header, pickle.load(fh)
 
 

@@ -46,7 +46,14 @@ class PhaseError(Exception):
 def _load_call(storage: Storage, job_id: str, signing_key: str | None) -> dict[str, Any]:
     key = layout.job_file(job_id, layout.PAYLOAD)
     try:
-        _, call = load_envelope(storage, key, kind="call", job_id=job_id, signing_key=signing_key)
+        _, call = load_envelope(
+            storage,
+            key,
+            kind="call",
+            job_id=job_id,
+            signing_key=signing_key,
+            check=versions.check_header,  # ImageMismatch: before anything is unpickled
+        )
         return call
     except ModuleNotFoundError as exc:
         header = read_summary(storage, key)
@@ -90,7 +97,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
     _framework_env(me, handle)
     phase = "load"
     try:
-        versions.check_setup(storage, job_id)  # ImageMismatch: before anything is unpickled
+        versions.check_setup()  # RequirementsFailed (the call's header: versions.check_header)
         call = _load_call(storage, job_id, signing_key)
         os.environ.update(call.get("env") or {})
         os.environ["KINETIC_JOB_ID"] = job_id

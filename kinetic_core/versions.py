@@ -17,11 +17,9 @@ from typing import Any
 import cloudpickle
 
 import kinetic_core
-from kinetic_core import layout
 from kinetic_core.bootstrap import FAILURE_ENV
-from kinetic_core.errors import ImageMismatch, JobSetupError, KineticError, RequirementsFailed
-from kinetic_core.payload import python_version, read_summary
-from kinetic_core.storage import Storage
+from kinetic_core.errors import ImageMismatch, JobSetupError, RequirementsFailed
+from kinetic_core.payload import python_version
 
 #: header key -> what a person calls it
 _NAMES = {"python": "Python", "cloudpickle": "cloudpickle", "kinetic": "kinetic-workflows"}
@@ -68,17 +66,19 @@ def mismatch_message(differences: list[str]) -> str:
     )
 
 
-def check_setup(storage: Storage, job_id: str) -> None:
-    """Raise ``RequirementsFailed`` when the pod-start install failed, ``ImageMismatch``
-    when this runner's versions differ from the submitter's; return when the job may run.
-    Reads only the envelope's header: nothing is unpickled here."""
+def check_setup() -> None:
+    """Raise ``RequirementsFailed`` when the pod-start install failed; return when the job
+    may go on to load its call (whose header ``check_header`` then checks)."""
     failure = os.environ.get(FAILURE_ENV)
     if failure:
         raise RequirementsFailed(failure)
-    try:
-        header = read_summary(storage, layout.job_file(job_id, layout.PAYLOAD))
-    except (OSError, KineticError):
-        return  # loading the call reports a missing or corrupt envelope, with its own words
+
+
+def check_header(header: dict[str, Any]) -> None:
+    """Raise ``ImageMismatch`` when this runner's versions differ from those the call's
+    envelope header records. Given to ``payload.load_envelope`` as its ``check``: the
+    header is read once per job start, and verified before it is trusted; nothing is
+    unpickled before this returns."""
     differences = mismatches(header)
     if differences:
         raise ImageMismatch(mismatch_message(differences))

@@ -19,8 +19,17 @@ from kinetic_core.chunks import HashingWriter, VerifiedReader, digest_of
 from kinetic_core.payload import _SIGNED, MAGIC, load_envelope, rebind_envelope
 from kinetic_core.storage import open_storage
 from tests.core.envelopes import Marker, write_envelope
+from tests.core.formats import with_format
 
 SMALL = 4096  # many chunks from small test values
+ALGORITHM = {"algorithm": chunks.SHA256}  # the digest of the format under test
+
+
+@pytest.fixture(autouse=True, params=[2, 3], ids=["format2", "format3"])
+def envelope_format(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Every test here runs once per written format: 2 (sha256) and 3 (BLAKE3)."""
+    monkeypatch.setitem(ALGORITHM, "algorithm", with_format(monkeypatch, request.param))
+    return int(request.param)
 
 
 @pytest.fixture
@@ -29,14 +38,15 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _expected(body: bytes, chunk: int) -> list[str]:
-    return [hashlib.sha256(body[i : i + chunk]).hexdigest() for i in range(0, len(body), chunk)]
+    new = chunks.hash_function(ALGORITHM["algorithm"])
+    return [new(body[i : i + chunk]).hexdigest() for i in range(0, len(body), chunk)]
 
 
 def test_digests_do_not_depend_on_how_the_writes_are_split(small_chunks: None) -> None:
     body = random.Random(7).randbytes(10 * SMALL + 123)
     for seed in range(20):
         rng = random.Random(seed)
-        writer = HashingWriter(io.BytesIO(), "test")
+        writer = HashingWriter(io.BytesIO(), "test", ALGORITHM["algorithm"])
         pos = 0
         while pos < len(body):
             n = rng.choice([1, 7, SMALL - 1, SMALL, 3 * SMALL + 5])
@@ -55,7 +65,12 @@ def test_the_reader_returns_exactly_the_body_for_any_mix_of_reads(tmp_path: Path
         rng = random.Random(seed)
         with open(path, "rb") as fh:
             reader = VerifiedReader(
-                fh, size=len(body), digests=_expected(body, 64), chunk=64, where="body"
+                fh,
+                size=len(body),
+                digests=_expected(body, 64),
+                chunk=64,
+                where="body",
+                algorithm=ALGORITHM["algorithm"],
             )
             got = bytearray()
             while len(got) < len(body):
@@ -108,7 +123,7 @@ def test_a_tampered_chunk_is_refused_before_pickle_sees_it(
     at = where(bytes(data), marker)
     data[at] ^= 0x01
     path.write_bytes(bytes(data))
-    with pytest.raises(kc.PayloadIntegrityError, match=r"sha256 check \(chunk \d+\)"):
+    with pytest.raises(kc.PayloadIntegrityError, match=r"(sha256|blake3) check \(chunk \d+\)"):
         _load(storage_uri)
     assert not list(tmp_path.glob("unpickled-marke*"))
 
@@ -152,10 +167,11 @@ def test_a_format_1_envelope_is_still_read_and_checked(storage_uri: str, key: st
         load_envelope(storage, "old.pkl", kind="call", job_id="job-1", signing_key=key)
 
 
-def test_an_unknown_format_gets_a_clear_error(storage_uri: str) -> None:
+def test_an_unknown_format_gets_a_clear_error(storage_uri: str, envelope_format: int) -> None:
     path = write_envelope(storage_uri, {"x": 1})
-    path.write_bytes(path.read_bytes().replace(b'"format": 2', b'"format": 9'))
-    with pytest.raises(kc.PayloadIntegrityError, match=r"format 9.*reads formats 1, 2.*same"):
+    written = f'"format": {envelope_format}'.encode()
+    path.write_bytes(path.read_bytes().replace(written, b'"format": 9'))
+    with pytest.raises(kc.PayloadIntegrityError, match=r"format 9.*reads formats 1, 2, 3.*same"):
         _load(storage_uri)
 
 
@@ -171,7 +187,8 @@ def test_a_forged_digest_list_is_refused(storage_uri: str) -> None:
     path.write_bytes(forged_body + header)
     with pytest.raises(kc.PayloadIntegrityError, match="sha256"):
         _load(storage_uri)
-    assert digest_of(chunks.CHUNK, [old]) != digest_of(chunks.CHUNK, [new])
+    algorithm = ALGORITHM["algorithm"]
+    assert digest_of(chunks.CHUNK, [old], algorithm) != digest_of(chunks.CHUNK, [new], algorithm)
 
 
 def test_rebinding_copies_a_multi_chunk_body_verified(storage_uri: str, small_chunks: None) -> None:

@@ -155,7 +155,8 @@ def serve(path: str, idle: float) -> None:
         print("busy", flush=True)  # one zygote per socket: the holder serves it
         return
     import kinetic_core.backends.local.supervisor as supervisor
-    import kinetic_core.runner  # noqa: F401  (preloaded: every job needs it)
+    import kinetic_core.runner  # preloaded: every job needs it
+    import kinetic_core.storage.local  # noqa: F401  (every local job's runner opens file://)
 
     # Jobs put their submitter's sys.path first (KINETIC_SYS_PATH); the zygote's own
     # working-directory entry goes, so it never shadows a later job's modules.
