@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import kinetic_core as kc
-from kinetic_core.ui import pages
+import kinetic_core.ui.pages as pages
 from kinetic_core.ui.auth import TokenGate, action_allowed
 from kinetic_core.ui.views import DEFAULT_LIMIT, MAX_LIMIT, NotFound, Reader
 
