@@ -15,15 +15,20 @@ jobs/{job_id}/logs/{worker}/{seq:08d}.log  its bytes in chunks of exactly the ch
                                  last one shorter, rewritten as it grows); worker: worker-0, ...
 jobs/{job_id}/history/{status}-{reason}.json  one create-only record per observed transition
 jobs/{job_id}/superseded.json    create-only: the attempt that recovered this one
+jobs/{job_id}/gc.json            kinetic gc is removing this job (written first, deleted last)
 keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids are probed)
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
 batches/{group_id}/state/{marker}         create-only markers (submission complete, cancel, rounds)
 batches/{group_id}/launches/{seq}.json    the launch ledger: one create-only ticket per launch
+batches/{group_id}/gc.json                kinetic gc is removing this batch (first in, last out)
 outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR, synced)
 data/blobs/{sha256}              one file's bytes, content-addressed (create-only)
 data/{digest}.json               a Data's manifest {path: sha256}, written last: it is complete
 data/{digest}/                   file:// only: the Data laid out as hard links to its blobs
+data/refs/{digest}/{job_id}      the job's call uses that Data (written before its handle)
+data/leases/{lease_id}.json      a submit is relying on stored data (see kinetic_core/gc.py)
+data/gc/{run_id}.json            a gc run may be deleting data until its deadline
 ```
 
 Only this module spells these paths; everything else asks it. Callers validate ids first.
@@ -54,6 +59,7 @@ LAUNCHED = "launched.json"  # the backend accepted the job (a later "not found" 
 LOG = "output.log"
 SUPERSEDED = "superseded.json"
 HISTORY = "history"
+GC_TOMBSTONE = "gc.json"  # kinetic gc is removing this job or batch
 LOGS = "logs"
 LOG_STREAM = "stream.json"
 # What cleanup(storage=True) deletes: the envelopes. The records stay as a tombstone.
@@ -152,6 +158,31 @@ def data_blob(sha: str) -> str:
 
 def data_manifest(digest: str) -> str:
     return f"{DATA}/{digest}.json"
+
+
+DATA_BLOBS = f"{DATA}/blobs"
+DATA_REFS = f"{DATA}/refs"
+DATA_LEASES = f"{DATA}/leases"
+DATA_GC = f"{DATA}/gc"
+#: Names directly under ``data/`` that are not a Data's digest.
+DATA_RESERVED = frozenset({"blobs", "refs", "leases", "gc"})
+
+
+def data_ref(digest: str, job_id: str) -> str:
+    """``data/refs/{digest}/{job_id}``: job ``job_id`` reads the Data ``digest``."""
+    return f"{DATA_REFS}/{digest}/{job_id}"
+
+
+def data_lease(lease_id: str) -> str:
+    return f"{DATA_LEASES}/{lease_id}.json"
+
+
+def data_gc_mark(run_id: str) -> str:
+    return f"{DATA_GC}/{run_id}.json"
+
+
+def batch_tombstone(group_id: str) -> str:
+    return f"{BATCHES}/{group_id}/{GC_TOMBSTONE}"
 
 
 def output_dir(storage_uri: str, job_id: str) -> str:
