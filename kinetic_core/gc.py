@@ -271,6 +271,8 @@ def _remove_jobs(
             try:
                 _remove_job(storage, scan.handles[job_id])
             except (KineticError, OSError) as exc:
+                if not storage.exists(layout.job_file(job_id, layout.HANDLE)):
+                    continue  # a concurrent gc run removed it first
                 log.warning("kinetic gc: job %s is kept: %s", job_id, exc)
                 failed.add(job_id)
     for job_id in scan.leftovers:

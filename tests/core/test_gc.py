@@ -270,3 +270,63 @@ def test_gc_killed_after_any_deletion_leaves_readers_working(
     assert all(_gone(storage_uri, h) for h in handles)
     again = kc.submit(jobfns.add, (2, 2), idempotency_key="k")
     assert again.attempt == 2 and again.result(timeout=60) == 4
+
+
+# ---- the data protocol against concurrent submitters ------------------------------------------
+_SUBMITTER = """
+import random, sys, time
+import kinetic_core as kc
+from tests.core import jobfns
+
+folder, rounds = sys.argv[1], int(sys.argv[2])
+expected = jobfns.read_tree(folder)
+for _ in range(rounds):
+    time.sleep(random.random() / 2)  # now and then no job uses the Data: gc may take it
+    got = kc.submit(jobfns.read_tree, (kc.Data(folder),)).result(timeout=120)
+    assert got == expected, (got, expected)
+"""
+
+_COLLECTOR = """
+import os, sys
+import kinetic_core as kc
+
+stop, out = sys.argv[1], sys.argv[2]
+removed = 0
+while not os.path.exists(stop):
+    removed += len(kc.collect_garbage(0, dry_run=False).blobs)
+with open(out, "w") as fh:
+    fh.write(str(removed))
+"""
+
+
+def _spawn(script: str, *argv: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *argv],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def test_concurrent_gc_never_takes_data_a_submit_relies_on(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    """Submitters reuse one Data (every submit after the first is a dedup hit on blobs gc
+    keeps removing, as each job is collected and removed at once) while two gc processes
+    run back to back: every job reads its whole Data."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    for i in range(24):
+        (folder / f"part-{i:02d}.txt").write_text(f"part {i} " * (i + 1))
+    stop = tmp_path / "stop"
+    collectors = [_spawn(_COLLECTOR, str(stop), str(tmp_path / f"gc-{i}")) for i in range(2)]
+    try:
+        submitters = [_spawn(_SUBMITTER, str(folder), "12") for _ in range(2)]
+        codes = [p.wait(timeout=600) for p in submitters]
+    finally:
+        stop.touch()
+        for p in collectors:
+            p.wait(timeout=300)
+    assert codes == [0, 0]  # every job read its Data (a missing file fails its job)
+    assert [p.returncode for p in collectors] == [0, 0]
+    removed = sum(int((tmp_path / f"gc-{i}").read_text()) for i in range(2))
+    assert removed > 0  # gc really removed the blobs the submitters kept reusing
