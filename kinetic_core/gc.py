@@ -22,7 +22,8 @@ gets ``batches/{id}/gc.json`` before its first job goes and loses it last.
 - submit (``data.hold_lease``): (s1) write a lease ``data/leases/{id}.json`` (digests
   unknown: it protects all data), (s2) list ``data/gc/`` and wait until no run listed
   there may still delete, (s3) upload, skipping what exists, (s4) rewrite the lease
-  with its digests, (s5) write ``data/refs/{digest}/{job_id}`` before ``handle.json``.
+  with its digests, (s5) write ``data/refs/{digest}/{job_id}`` before ``handle.json``,
+  then delete the lease.
 - gc (here): (g1) write its mark ``data/gc/{run}.json`` with a deadline ``GC_WINDOW``
   ahead, (g2) read every lease and ref, (g3) delete, each delete only before
   ``deadline - CLOCK_SKEW``, (g4) delete its mark.
