@@ -25,7 +25,8 @@ gets ``batches/{id}/gc.json`` before its first job goes and loses it last.
   with its digests, (s5) write ``data/refs/{digest}/{job_id}`` before ``handle.json``,
   then delete the lease.
 - gc (here): (g1) write its mark ``data/gc/{run}.json`` with a deadline ``GC_WINDOW``
-  ahead, (g2) read every lease and ref, (g3) delete, each delete only before
+  ahead, (g2) read every lease, then every ref (a submit deletes its lease only after
+  writing its refs, so what the lease read misses the ref read sees), (g3) delete, each delete only before
   ``deadline - CLOCK_SKEW``, (g4) delete its mark.
 
 Interleavings (storage is strongly consistent: a read after a write sees it):
@@ -297,7 +298,7 @@ def _forget_attempts(storage: Storage, handles: list[JobHandle]) -> None:
     """Record per idempotency key the highest attempt removed, before any handle goes."""
     highest: dict[str, tuple[int, set[str]]] = {}
     for h in handles:
-        if h.idempotency_key:
+        if h.idempotency_key and BATCH_GROUP_TAG not in h.tags:  # (children: the batch's ids)
             n, ids = highest.get(h.idempotency_key, (0, set()))
             highest[h.idempotency_key] = (max(n, h.attempt), ids | {h.job_id})
     for key, (n, ids) in highest.items():
@@ -388,36 +389,51 @@ def _collect_data(storage: Storage, scan: _Scan, removed: set[str], report: GcRe
         )
     try:
         plan = _data_plan(storage, scan, removed)
-        if plan.note:
-            report.data_note = plan.note
-            return
-        present = _digests(storage)
-        dead = sorted(present - plan.live)
-        live_blobs = {sha for d in present & plan.live for sha in _blobs_of(storage, d)}
-        blobs = sorted(set(storage.list_names(layout.DATA_BLOBS)) - live_blobs)
-        report.data, report.blobs = dead, blobs
-        report.bytes += sum(_size(storage, layout.data_blob(sha)) for sha in blobs)
-        if report.dry_run:
-            return
-        doomed = [(layout.data_manifest(d), False) for d in dead]  # manifest first: incomplete
-        doomed += [(layout.data_dir(d), True) for d in dead]
-        doomed += [(key, False) for key in [layout.data_blob(sha) for sha in blobs]]
-        doomed += [(key, False) for key in plan.dead_refs + plan.expired_leases]
-        for n, (key, folder) in enumerate(doomed):
-            if time.time() >= deadline - CLOCK_SKEW:  # g3: a waiting submit may go on now
-                report.deferred = len(doomed) - n
-                break
-            if folder:
-                storage.delete_prefix(key)
-            else:
-                storage.delete(key)
+        doomed = _doomed(storage, plan, report)
+        if not report.dry_run:
+            _delete(storage, doomed, deadline, report)
     finally:
         if not report.dry_run:
             storage.delete(layout.data_gc_mark(run_id))  # g4
 
 
+def _doomed(storage: Storage, plan: _DataPlan, report: GcReport) -> list[tuple[str, bool]]:
+    """What goes, in order, as (key, is a folder): the manifest first (the Data then reads
+    as incomplete), its folder, the blobs; then dead refs and expired leases (records, not
+    data: they go even in a run that keeps all data)."""
+    records = [(key, False) for key in plan.dead_refs + plan.expired_leases]
+    if plan.note:
+        report.data_note = plan.note
+        return records
+    present = _digests(storage)
+    dead = sorted(present - plan.live)
+    live_blobs = {sha for d in present & plan.live for sha in _blobs_of(storage, d)}
+    blobs = sorted(set(storage.list_names(layout.DATA_BLOBS)) - live_blobs)
+    report.data, report.blobs = dead, blobs
+    report.bytes += sum(_size(storage, layout.data_blob(sha)) for sha in blobs)
+    doomed = [(layout.data_manifest(d), False) for d in dead]
+    doomed += [(layout.data_dir(d), True) for d in dead]
+    doomed += [(layout.data_blob(sha), False) for sha in blobs]
+    return doomed + records
+
+
+def _delete(
+    storage: Storage, doomed: list[tuple[str, bool]], deadline: float, report: GcReport
+) -> None:
+    """g3: each delete only while the run's mark still holds submits back."""
+    for n, (key, folder) in enumerate(doomed):
+        if time.time() >= deadline - CLOCK_SKEW:
+            report.deferred = len(doomed) - n
+            return
+        if folder:
+            storage.delete_prefix(key)
+        else:
+            storage.delete(key)
+
+
 def _data_plan(storage: Storage, scan: _Scan, removed: set[str]) -> _DataPlan:
-    """g2: which Data stay, from the leases and refs read after the mark."""
+    """g2: which Data stay. Leases first, refs second: a submit deletes its lease only once
+    its refs are written, so a lease this read misses left refs the next read sees."""
     plan = _DataPlan()
     now = time.time()
     for name in storage.list_names(layout.DATA_LEASES):
@@ -427,7 +443,6 @@ def _data_plan(storage: Storage, scan: _Scan, removed: set[str]) -> _DataPlan:
             plan.expired_leases.append(f"{layout.DATA_LEASES}/{name}")
         elif not isinstance(lease.get("digests"), list):
             plan.note = f"a submit is uploading data (lease {name}): no data is removed this run"
-            return plan
         else:
             plan.live.update(d for d in lease["digests"] if isinstance(d, str))
     kept = set(scan.handles) - removed
@@ -438,13 +453,12 @@ def _data_plan(storage: Storage, scan: _Scan, removed: set[str]) -> _DataPlan:
             plan.live.add(digest)
         else:
             plan.dead_refs.append(key)
-    for job_id in kept:
-        if _older_version(storage, job_id):
-            plan.note = (
-                f"job {job_id} was submitted by an older version (no data/refs) and its call is "
-                "still stored: no data is removed while it is kept"
-            )
-            return plan
+    old = next((j for j in sorted(kept) if not plan.note and _older_version(storage, j)), None)
+    if old is not None:
+        plan.note = (
+            f"job {old} was submitted by an older version (no data/refs) and its call is "
+            "still stored: no data is removed while it is kept"
+        )
     return plan
 
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -330,3 +331,42 @@ def test_concurrent_gc_never_takes_data_a_submit_relies_on(
     assert [p.returncode for p in collectors] == [0, 0]
     removed = sum(int((tmp_path / f"gc-{i}").read_text()) for i in range(2))
     assert removed > 0  # gc really removed the blobs the submitters kept reusing
+
+
+def _stored_data(uri: str, tmp_path: Path, name: str) -> str:
+    """A Data uploaded by a job that was collected (so nothing keeps it); its digest."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "f.txt").write_text(name)
+    kc.submit(jobfns.read_tree, (kc.Data(str(folder)),)).result(timeout=60)
+    return kc.Data(str(folder)).content_hash()
+
+
+def test_an_upload_under_way_keeps_all_data_and_stale_leases_go(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    digest = _stored_data(storage_uri, tmp_path, "d")
+    storage = open_storage(storage_uri)
+    uploading = layout.data_lease("uploading")
+    storage.write_bytes(uploading, json.dumps({"at": time.time(), "digests": None}).encode())
+    report = kc.collect_garbage(0, dry_run=False)
+    assert report.data == [] and "uploading" in report.data_note
+    assert storage.exists(layout.data_manifest(digest))
+
+    storage.write_bytes(uploading, json.dumps({"at": 0, "digests": None}).encode())  # expired
+    report = kc.collect_garbage(0, dry_run=False)
+    assert report.data == [digest] and not report.data_note
+    assert not storage.exists(uploading) and not storage.exists(layout.data_manifest(digest))
+
+
+def test_a_kept_job_of_an_older_version_keeps_all_data(storage_uri: str, tmp_path: Path) -> None:
+    digest = _stored_data(storage_uri, tmp_path, "d")
+    old = kc.submit(jobfns.add, (1, 2), keep=True)
+    old.wait(timeout=60)
+    storage = open_storage(storage_uri)
+    record = json.loads(storage.read_bytes(layout.job_file(old.job_id, layout.HANDLE)))
+    del record["keep"]  # as written before `keep` existed: its call may read any data
+    storage.write_bytes(layout.job_file(old.job_id, layout.HANDLE), json.dumps(record).encode())
+    report = kc.collect_garbage(0, dry_run=False)
+    assert report.data == [] and old.job_id in report.data_note
+    assert storage.exists(layout.data_manifest(digest))
