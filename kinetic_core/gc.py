@@ -135,7 +135,9 @@ def collect_garbage(
     scan = _Scan.of(storage, resolved.signing_key)
     plan = _plan(scan, report, include_uncollected)
     report.jobs = sorted(j for chain in plan.values() for j in chain)
-    report.batches = sorted(b for b in scan.batch_ids() if _batch_removable(scan, plan, b))
+    going = set(report.jobs)
+    staying = {_batch_of(h) for j, h in scan.handles.items() if j not in going}
+    report.batches = sorted(scan.batch_ids() - staying)
     report.batches += sorted(b for b in scan.tombstoned_batches if b not in report.batches)
     removed = report.jobs + scan.leftovers
     report.bytes = sum(_size_under(storage, layout.job_dir(j)) for j in removed)
@@ -178,10 +180,9 @@ class _Scan:
         ids = list(scan.handles)
         states = resolve_states([scan.handles[i] for i in ids]) if ids else []
         scan.states = dict(zip(ids, states, strict=True))
+        with_jobs = scan.batch_ids()
         for group_id in storage.list_names(layout.BATCHES):
-            if storage.exists(layout.batch_tombstone(group_id)) and not any(
-                _batch_of(h) == group_id for h in scan.handles.values()
-            ):
+            if group_id not in with_jobs and storage.exists(layout.batch_tombstone(group_id)):
                 scan.tombstoned_batches.append(group_id)
         return scan
 
@@ -253,11 +254,6 @@ def _plan(scan: _Scan, report: GcReport, uncollected: bool) -> dict[str, list[st
     if scan.unreadable:
         report.kept["unreadable"] = scan.unreadable
     return plan
-
-
-def _batch_removable(scan: _Scan, plan: dict[str, list[str]], group_id: str) -> bool:
-    removed = {j for chain in plan.values() for j in chain}
-    return all(j in removed for j, h in scan.handles.items() if _batch_of(h) == group_id)
 
 
 # ---- removing jobs ---------------------------------------------------------------------------
