@@ -64,8 +64,9 @@ def run(
     """Decorator: ``@run`` or ``@run(tags=..., life_span=..., backend=...)``.
 
     Keyword arguments are job options (idempotency_key, name, tags, volumes, owner,
-    description, keep: ``kinetic gc`` never removes its jobs) or Target fields, among them ``output_dir`` (where the job's outputs go)
-    and ``debug`` (keep a failed job's processes or pod for inspection).
+    description, keep: ``kinetic gc`` never removes its jobs) or Target fields, among them
+    ``output_dir`` (where the job's outputs go) and ``debug`` (keep a failed job's processes
+    or pod for inspection).
     """
     job = {k: options.pop(k) for k in _JOB_OPTIONS if k in options}
     resolved = Target.coerce(target).merge(Target.from_dict(options))
