@@ -22,6 +22,9 @@ _EXPORTS = {
     "RepairReport": "kinetic_core.listing",
     "tags": "kinetic_core.listing",
     "parse_when": "kinetic_core.listing",
+    "collect_garbage": "kinetic_core.gc",
+    "acollect_garbage": "kinetic_core.gc",
+    "GcReport": "kinetic_core.gc",
     "JobHandle": "kinetic_core.jobs",
     "LogStream": "kinetic_core.logs",
     "log_workers_option": "kinetic_core.logs",
@@ -166,6 +169,7 @@ if TYPE_CHECKING:
         WaitTimeout,
     )
     from kinetic_core.failures import describe_batch_failure, describe_failure, failure_of
+    from kinetic_core.gc import GcReport, acollect_garbage, collect_garbage
     from kinetic_core.history import Transition
     from kinetic_core.hooks import SubmitSpec, register_hooks, unregister_hooks
     from kinetic_core.ids import validate_id

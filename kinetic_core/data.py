@@ -6,6 +6,11 @@ is written), then uploaded to ``data/{digest}/`` in parallel, each object create
 manifest last: a killed upload leaves no data that reads as complete, and an unchanged
 resubmit uploads nothing. The payload carries a ``DataRef`` instead; the runner turns it
 back into a ``str`` path (``materialize``), so the function never sees ``Data``.
+
+``kinetic gc`` removes stored data that no job references. Before a submit relies on
+anything already stored it holds a lease (``data/leases/``) and waits out any gc run that
+may be deleting data; every job records what it reads (``data/refs/``) before its handle
+exists. Why that is enough against a concurrent gc: ``kinetic_core/gc.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import os
 import posixpath
 import stat
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,6 +47,8 @@ __all__ = [
     "fuse_volumes",
     "materialize",
     "prepare",
+    "reference_data",
+    "stored_digests",
     "transform",
 ]
 
@@ -378,7 +387,17 @@ def prepare(call: dict[str, Any], volumes: dict[str, Data], storage: Any) -> dic
         return call
     remote = {d: _plan_remote(d) for d in found if d.remote}
     trees = {d: _scan(d) for d in found if not d.remote}  # every check before any write
-    refs = {**remote, **{d: _upload(storage, tree) for d, tree in trees.items()}}
+    lease = hold_lease(storage) if trees else ""
+    try:
+        refs = {**remote, **{d: _upload(storage, tree) for d, tree in trees.items()}}
+    except BaseException:
+        if lease:  # nothing relies on it: do not hold gc back for a day
+            storage.delete(layout.data_lease(lease))
+        raise
+    if lease:  # from here on the lease protects these Data only, not every upload
+        _write_lease(
+            storage, lease, sorted({r.digest for r in refs.values() if r.source == "stored"})
+        )
 
     def ref(data: Data) -> DataRef:
         return refs[data]
@@ -389,7 +408,92 @@ def prepare(call: dict[str, Any], volumes: dict[str, Data], storage: Any) -> dic
         "kwargs": transform(call["kwargs"], ref, Data),
         "volumes": {path: ref(d) for path, d in volumes.items()},
         "has_data": True,
+        "data_lease": lease,
     }
+
+
+# ---- the submit's half of the gc protocol (the other half and the proof: gc.py) ---------
+#: A lease protects what a submit relies on for this long (a submit takes seconds; the
+#: job's ``data/refs/`` record takes over before its handle exists).
+LEASE_TTL = 24 * 3600.0
+#: A gc run deletes data for at most this long after writing its mark (data/gc/).
+GC_WINDOW = 120.0
+#: Bound on the clock difference between machines, and on one delete's duration.
+CLOCK_SKEW = 30.0
+
+
+def _write_lease(storage: Any, lease_id: str, digests: list[str] | None) -> None:
+    body = {"lease": lease_id, "at": time.time(), "digests": digests}
+    storage.write_bytes(layout.data_lease(lease_id), json.dumps(body).encode())
+
+
+def hold_lease(storage: Any) -> str:
+    """Write a lease that protects every stored Data (the digests are not known before the
+    upload hashes them), then wait until no gc run that may have missed it can still
+    delete: write first, read second, as gc does the other way round. Returns its id."""
+    from kinetic_core.polling import poll_ticks  # the runner imports this module: keep it light
+
+    lease_id = uuid.uuid4().hex
+    _write_lease(storage, lease_id, None)
+    # Only the runs marked now may have missed the lease: a later one reads it (gc.py).
+    marks = gc_marks(storage)
+    first_seen: dict[str, float] = {}
+
+    def deleting() -> list[str]:
+        now, current = time.time(), gc_marks(storage) if marks else {}
+        return [m for m in marks if m in current and _may_delete(m, marks[m], now, first_seen)]
+
+    for _ in poll_ticks(
+        interval=1.0, timeout=None, describe=lambda: f"gc runs {deleting()} to stop deleting"
+    ):
+        if not deleting():
+            break
+    return lease_id
+
+
+def _may_delete(mark: str, deadline: float, now: float, first_seen: dict[str, float]) -> bool:
+    """Whether the gc run of ``mark`` may still delete: before its deadline (plus the clock
+    skew), and never longer than a run's window from when this process first saw it (a
+    mark with a forged deadline cannot stall submits)."""
+    seen = first_seen.setdefault(mark, now)
+    return now < min(deadline, seen + GC_WINDOW) + CLOCK_SKEW
+
+
+def gc_marks(storage: Any) -> dict[str, float]:
+    """Run id -> deadline of every gc mark (an unreadable one reads as already expired)."""
+    marks: dict[str, float] = {}
+    for name in storage.list_names(layout.DATA_GC):
+        run_id = name.removesuffix(".json")
+        try:
+            deadline = json.loads(storage.read_bytes(layout.data_gc_mark(run_id)))["deadline"]
+            marks[run_id] = float(deadline)
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            continue
+    return marks
+
+
+def stored_digests(call: dict[str, Any]) -> list[str]:
+    """The digests of the stored Data (``data/{digest}``) a prepared call reads."""
+    found: list[str] = []
+
+    def keep(ref: DataRef) -> DataRef:
+        if ref.source == "stored":
+            found.append(ref.digest)
+        return ref
+
+    transform((call.get("args"), call.get("kwargs"), call.get("volumes")), keep, DataRef)
+    return sorted(set(found))
+
+
+def reference_data(storage: Any, call: dict[str, Any], job_id: str) -> None:
+    """Record that job ``job_id`` reads each stored Data of ``call`` (before its handle is
+    written: gc keeps data while a job that exists, or may be being created, refers to it),
+    then release the submit's lease."""
+    body = json.dumps({"job_id": job_id, "at": time.time()}).encode()
+    for digest in stored_digests(call) if call.get("has_data") else []:
+        storage.write_bytes(layout.data_ref(digest, job_id), body)
+    if call.get("data_lease"):  # the refs protect the data from here on
+        storage.delete(layout.data_lease(call["data_lease"]))
 
 
 def fuse_volumes(call: dict[str, Any]) -> dict[str, str]:

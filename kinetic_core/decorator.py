@@ -16,7 +16,7 @@ __all__ = ["RemoteFunction", "run"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-_JOB_OPTIONS = ("idempotency_key", "name", "tags", "volumes", "owner", "description")
+_JOB_OPTIONS = ("idempotency_key", "name", "tags", "volumes", "owner", "description", "keep")
 
 
 class RemoteFunction(Generic[P, R]):
@@ -31,8 +31,8 @@ class RemoteFunction(Generic[P, R]):
         functools.update_wrapper(self, fn)
 
     def options(self, **overrides: Any) -> RemoteFunction[P, R]:
-        """A copy with other job options (idempotency_key, name, tags, owner, description)
-        or Target fields."""
+        """A copy with other job options (idempotency_key, name, tags, owner, description,
+        keep) or Target fields."""
         job = {k: overrides.pop(k) for k in _JOB_OPTIONS if k in overrides}
         if "tags" in job:  # tags add up; other options replace
             job["tags"] = {**self.job_options.get("tags", {}), **validate_tags(job["tags"])}
@@ -64,8 +64,9 @@ def run(
     """Decorator: ``@run`` or ``@run(tags=..., life_span=..., backend=...)``.
 
     Keyword arguments are job options (idempotency_key, name, tags, volumes, owner,
-    description) or Target fields, among them ``output_dir`` (where the job's outputs go)
-    and ``debug`` (keep a failed job's processes or pod for inspection).
+    description, keep: ``kinetic gc`` never removes its jobs) or Target fields, among them
+    ``output_dir`` (where the job's outputs go) and ``debug`` (keep a failed job's processes
+    or pod for inspection).
     """
     job = {k: options.pop(k) for k in _JOB_OPTIONS if k in options}
     resolved = Target.coerce(target).merge(Target.from_dict(options))

@@ -107,6 +107,8 @@ class JobHandle:
     #: note (``description=``): what ``list_jobs(owner=...)`` and the CLI show.
     owner: str = ""
     description: str = ""
+    #: Pinned by the user (``keep=True`` on submit): ``kinetic gc`` never removes it.
+    keep: bool = False
     signing_key: str | None = field(default=None, repr=False, compare=False)
     #: True when ``submit`` returned this existing job for its idempotency key instead of
     #: creating one (a retry reattached). Not serialized.

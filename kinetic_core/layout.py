@@ -19,11 +19,13 @@ jobs/{job_id}/signals/{request}.json      create-only: a signal asked for (signa
 jobs/{job_id}/signal-acks/{request}-worker-{k}.json  worker k delivered it (or said why not)
 jobs/{job_id}/telemetry/worker-{k}.json   worker k's latest telemetry sample (telemetry.py)
 jobs/{job_id}/usage.json         create-only: what the ended attempt used (usage.py)
+jobs/{job_id}/gc.json            kinetic gc is removing this job (written first, deleted last)
 keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids are probed)
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
 batches/{group_id}/state/{marker}         create-only markers (submission complete, cancel, rounds)
 batches/{group_id}/launches/{seq}.json    the launch ledger: one create-only ticket per launch
+batches/{group_id}/gc.json                kinetic gc is removing this batch (first in, last out)
 outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR, synced)
 data/blobs/{sha256}              one file's bytes, content-addressed (create-only)
 data/{digest}.json               a Data's manifest {path: sha256}, written last: it is complete
@@ -33,6 +35,9 @@ index/jobs/{yyyy}/{mmdd}/{hh}/{inv_ms}-{job_id}[.batch={group}].json   one creat
                                  per job, written before its handle.json (UTC hour of creation;
                                  inv_ms = 9999999999999 - created_at in ms: newest sorts first)
 index/jobs/{yyyy}/{mmdd}/{hh}/{inv_ms}-{job_id}.end={status}.json      create-only: how it ended
+data/refs/{digest}/{job_id}      the job's call uses that Data (written before its handle)
+data/leases/{lease_id}.json      a submit is relying on stored data (see kinetic_core/gc.py)
+data/gc/{run_id}.json            a gc run may be deleting data until its deadline
 ```
 
 Only this module spells these paths; everything else asks it. Callers validate ids first.
@@ -69,6 +74,7 @@ LOG = "output.log"
 SUPERSEDED = "superseded.json"
 USAGE = "usage.json"
 HISTORY = "history"
+GC_TOMBSTONE = "gc.json"  # kinetic gc is removing this job or batch
 LOGS = "logs"
 LOG_STREAM = "stream.json"
 SIGNALS = "signals"
@@ -170,6 +176,31 @@ def data_blob(sha: str) -> str:
 
 def data_manifest(digest: str) -> str:
     return f"{DATA}/{digest}.json"
+
+
+DATA_BLOBS = f"{DATA}/blobs"
+DATA_REFS = f"{DATA}/refs"
+DATA_LEASES = f"{DATA}/leases"
+DATA_GC = f"{DATA}/gc"
+#: Names directly under ``data/`` that are not a Data's digest.
+DATA_RESERVED = frozenset({"blobs", "refs", "leases", "gc"})
+
+
+def data_ref(digest: str, job_id: str) -> str:
+    """``data/refs/{digest}/{job_id}``: job ``job_id`` reads the Data ``digest``."""
+    return f"{DATA_REFS}/{digest}/{job_id}"
+
+
+def data_lease(lease_id: str) -> str:
+    return f"{DATA_LEASES}/{lease_id}.json"
+
+
+def data_gc_mark(run_id: str) -> str:
+    return f"{DATA_GC}/{run_id}.json"
+
+
+def batch_tombstone(group_id: str) -> str:
+    return f"{BATCHES}/{group_id}/{GC_TOMBSTONE}"
 
 
 def output_dir(storage_uri: str, job_id: str) -> str:

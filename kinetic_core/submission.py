@@ -20,7 +20,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt
 
 from kinetic_core import hooks, layout
 from kinetic_core.config import Target, validate_tags
-from kinetic_core.data import Data, check_volumes, fuse_volumes
+from kinetic_core.data import Data, check_volumes, fuse_volumes, reference_data
 from kinetic_core.data import prepare as prepare_data
 from kinetic_core.envvars import job_env
 from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
@@ -98,6 +98,7 @@ def submit(
     description: str | None = None,
     output_dir: str | None = None,
     debug: bool | None = None,
+    keep: bool = False,
 ) -> JobHandle:
     """Submit ``fn(*args, **kwargs)`` as a detached job and return its handle at once.
 
@@ -114,6 +115,7 @@ def submit(
     ``output_dir`` (gs://... or file://...) keeps the job's outputs in
     ``{output_dir}/{job_id}/``; ``debug=True`` keeps a failed job's processes or pod for
     inspection (both are also Target fields; see docs/data.md and docs/concepts.md).
+    ``keep=True`` pins the job: ``kinetic gc`` never removes it (docs/storage-lifecycle.md).
     """
     target = _with_job_fields(target, output_dir=output_dir, debug=debug)
     plan = prepare(
@@ -129,6 +131,7 @@ def submit(
         owner=owner,
         description=description,
     )
+    plan.keep = bool(keep)
     if idempotency_key is None:
         return plan.create(new_id(plan.name), attempt=1, key=None)
     if not isinstance(idempotency_key, str) or not idempotency_key:
@@ -169,7 +172,10 @@ def prepare(
     call = {"fn": fn, "args": args, "kwargs": kwargs, "env": job_env(resolved.env, os.environ)}
     mounts = check_volumes(volumes, str(resolved.backend))
     call = prepare_data(call, mounts, open_storage(resolved.storage or ""))
-    return _Submission(resolved, call, _by_value_modules(fn, resolved), job_name, all_tags, **about)
+    modules = _by_value_modules(fn, resolved)
+    return _Submission(
+        resolved, call, modules, job_name, all_tags, about["owner"], about["description"]
+    )
 
 
 def launch_staged(
@@ -203,6 +209,7 @@ class _Submission:
     tags: dict[str, str]
     owner: str = ""
     description: str = ""
+    keep: bool = False
 
     @property
     def storage(self) -> Storage:
@@ -217,6 +224,7 @@ class _Submission:
             self._write_call(fh, job_id)
 
     def _write_call(self, fh: IO[bytes], job_id: str) -> None:
+        reference_data(self.storage, self.call, job_id)  # before the job can exist (gc.py)
         dump_envelope(
             fh,
             self.call,
@@ -239,6 +247,7 @@ class _Submission:
             tags=self.tags,
             owner=self.owner,
             description=self.description,
+            keep=self.keep,
             signing_key=self.target.signing_key,
         )
         spec = launch_spec(
@@ -283,14 +292,16 @@ class _Submission:
             storage.write_bytes(layout.key_index(key), json.dumps(index).encode())
 
     def latest_attempt(self, key: str) -> int:
-        """Highest attempt whose handle exists: the index, then probing past it (the index
-        is a hint that a crashed submitter may not have updated)."""
+        """Highest attempt whose handle exists or that ``kinetic gc`` removed: the index,
+        then probing past it (the index is a hint that a crashed submitter may not have
+        updated)."""
         storage = self.storage
+        n = removed_attempts(storage, key)
         try:
             attempts = json.loads(storage.read_bytes(layout.key_index(key)))["attempts"]
         except (FileNotFoundError, ValueError, KeyError):
             attempts = []
-        n = max((int(a.rsplit("-", 1)[1]) for a in attempts), default=0)
+        n = max([n, *(int(a.rsplit("-", 1)[1]) for a in attempts)])
         while storage.exists(layout.job_file(keyed_id(key, n + 1), layout.HANDLE)):
             n += 1
         return n
@@ -301,7 +312,9 @@ class _Submission:
         if latest:
             try:
                 previous = load_handle(self.storage, keyed_id(key, latest), self.target.signing_key)
-            except JobNotFound:  # deleted by a failed launch just now
+            except JobNotFound:  # deleted by a failed launch just now, or by kinetic gc
+                if latest <= removed_attempts(self.storage, key):
+                    return self.create(keyed_id(key, latest + 1), attempt=latest + 1, key=key)
                 raise _Raced(key) from None
             state = previous.state()
             reusable = not state.terminal or (
@@ -312,6 +325,16 @@ class _Submission:
                     self.relaunch(previous)
                 return replace(previous, reattached=True)
         return self.create(keyed_id(key, latest + 1), attempt=latest + 1, key=key)
+
+
+def removed_attempts(storage: Storage, key: str) -> int:
+    """The highest attempt of ``key`` that ``kinetic gc`` removed (0: none): attempt ids
+    are never reused, so the next submit with the key starts past it."""
+    try:
+        removed = json.loads(storage.read_bytes(layout.key_index(key))).get("removed", 0)
+    except (FileNotFoundError, ValueError, AttributeError):
+        return 0
+    return removed if isinstance(removed, int) and not isinstance(removed, bool) else 0
 
 
 asubmit = in_thread(submit)

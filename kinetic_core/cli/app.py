@@ -15,6 +15,7 @@ import click
 import kinetic_core as kc
 from kinetic_core.cli.batch import batch
 from kinetic_core.cli.common import DONE, TIMED_OUT, USAGE
+from kinetic_core.cli.gc import gc
 from kinetic_core.cli.jobs import jobs
 from kinetic_core.cli.ui import ui
 
@@ -69,6 +70,7 @@ def cli(storage: str | None) -> None:
 cli.add_command(jobs)
 cli.add_command(batch)
 cli.add_command(ui)
+cli.add_command(gc)
 
 
 def run(argv: list[str] | None = None) -> int:
