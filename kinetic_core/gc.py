@@ -69,6 +69,7 @@ from kinetic_core.jobs import BATCH_GROUP_TAG, JobHandle, load_handle
 from kinetic_core.listing import parse_when
 from kinetic_core.outputs import delete_outputs
 from kinetic_core.polling import in_thread
+from kinetic_core.records import read_json
 from kinetic_core.states import JobState, JobStatus
 from kinetic_core.status import backend_for, resolve_states
 from kinetic_core.storage import Storage, open_storage
@@ -286,8 +287,8 @@ def _remove_jobs(
         _remove_batch(storage, group_id, scan.unborn)
 
 
-def _stamp(owner: str) -> bytes:
-    return json.dumps({"id": owner, "at": time.time()}).encode()
+def _stamp(owner: str, **extra: Any) -> bytes:
+    return json.dumps({"id": owner, "at": time.time(), **extra}).encode()
 
 
 def _forget_attempts(storage: Storage, handles: list[JobHandle]) -> None:
@@ -317,17 +318,22 @@ def _remove_job(storage: Storage, handle: JobHandle) -> None:
     job_id = handle.job_id
     backend_for(handle).delete(job_id)
     delete_outputs(storage, job_id, handle.target.get("output_dir"))
-    storage.write_bytes(layout.job_file(job_id, layout.GC_TOMBSTONE), _stamp(job_id))
+    # the tombstone keeps the creation time: a run that finishes a job whose handle is gone
+    # (this one killed after deleting it) still finds the job's listing index entries
+    tombstone = _stamp(job_id, created_at=handle.created_at)
+    storage.write_bytes(layout.job_file(job_id, layout.GC_TOMBSTONE), tombstone)
     storage.delete(layout.job_file(job_id, layout.HANDLE))
-    # after the handle, never before: a reader must not miss a job that still exists (and
-    # one that finds an entry whose job is gone drops it anyway, so a kill here is fine)
-    job_index.forget(storage, job_id, handle.created_at)
     _finish_job(storage, job_id)
 
 
 def _finish_job(storage: Storage, job_id: str) -> None:
-    """Everything of a job whose handle is gone, its tombstone last."""
+    """Everything of a job whose handle is gone, its tombstone last. Its listing index
+    entries go after the handle, never before (a reader must not miss a job that exists;
+    one that finds an entry whose job is gone drops it anyway)."""
     folder = layout.job_dir(job_id)
+    tombstone = read_json(storage, layout.job_file(job_id, layout.GC_TOMBSTONE)) or {}
+    if isinstance(tombstone.get("created_at"), int | float):
+        job_index.forget(storage, job_id, float(tombstone["created_at"]))
     delete_outputs(storage, job_id)  # the default place (a custom one went before the handle)
     for name in storage.walk(folder):
         if name != layout.GC_TOMBSTONE:
