@@ -2,9 +2,9 @@
 
 A link exists only where there is a page to open: the backend's kind says which consoles
 show the job (the Cloud Console for a Kubernetes/GKE target with a GCP ``project``), the
-GCS browser shows ``gs://`` storage, and a local job's page is the dashboard's (``kinetic
-ui``) when ``KINETIC_UI_URL`` says where it is served; otherwise a local job on local storage
-has none. The CLI prints these; the Airflow provider turns them into extra links, Prefect
+GCS browser shows ``gs://`` storage, and a job no console shows (a local job, a cluster
+outside GCP) has the dashboard's page (``kinetic ui``) when ``KINETIC_UI_URL`` says where it
+is served; otherwise a local job on local storage has none. The CLI prints these; the Airflow provider turns them into extra links, Prefect
 into artifact links.
 """
 
@@ -34,7 +34,7 @@ def job_links(handle: JobHandle) -> dict[str, str]:
     """``{kind: url}`` for the pages this job has (kinds from ``LINK_KINDS``)."""
     kind: BackendKind = registry.backend_kind(handle.target.get("backend"))
     built = {**kind.links(handle.job_id, handle.target), "files": _files_url(handle) or ""}
-    if (handle.target.get("backend") or "local") == "local":
+    if not built.get("job"):  # no console page (a local job, a cluster outside GCP)
         built["job"] = _dashboard_url(handle.job_id) or ""
     return {name: built[name] for name in LINK_KINDS if built.get(name)}
 

@@ -38,6 +38,19 @@ def test_a_dashboard_url_that_is_not_http_is_a_config_error(
             kc.job_links(handle())
 
 
-def test_a_kubernetes_job_keeps_its_console_links(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_with_a_console_page_keeps_it_and_one_without_gets_the_dashboard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backend's kind says which console shows a job (no backend name is compared):
+    a GKE job with a GCP project keeps its Cloud Console page; a cluster job outside GCP
+    has none, so the dashboard's page is its page."""
     monkeypatch.setenv("KINETIC_UI_URL", "http://127.0.0.1:8265")
-    assert kc.job_links(handle("kubernetes")) == {}  # no GCP project: no console, no dashboard
+    on_gke = kc.JobHandle.from_dict(
+        {
+            "job_id": "k0123abcd-2",
+            "storage": "file:///tmp/kinetic",
+            "target": {"backend": "gke", "project": "p", "namespace": "ml"},
+        }
+    )
+    assert kc.job_links(on_gke)["job"].startswith("https://console.cloud.google.com/")
+    assert kc.job_links(handle("kubernetes")) == {"job": "http://127.0.0.1:8265/jobs/k0123abcd-2"}
