@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.local/bin:$(PATH)
 UV ?= uv
-EXTRAS := --extra dev --extra cli --extra gcs --extra kubernetes
+EXTRAS := --extra dev --extra cli --extra gcs --extra kubernetes --extra ui
 SYNC := $(UV) sync --frozen --python 3.11 --quiet
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 

@@ -2,15 +2,20 @@
 
 A link exists only where there is a page to open: the backend's kind says which consoles
 show the job (the Cloud Console for a Kubernetes/GKE target with a GCP ``project``), the
-GCS browser shows ``gs://`` storage. A local job on local storage has none. The CLI prints
-these; the Airflow provider turns them into extra links, Prefect into artifact links.
+GCS browser shows ``gs://`` storage, and a local job's page is the dashboard's (``kinetic
+ui``) when ``KINETIC_UI_URL`` says where it is served; otherwise a local job on local storage
+has none. The CLI prints these; the Airflow provider turns them into extra links, Prefect
+into artifact links.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from kinetic_core import registry
+from kinetic_core.errors import ConfigError
 from kinetic_core.jobs import JobHandle
 
 if TYPE_CHECKING:
@@ -21,12 +26,16 @@ __all__ = ["LINK_KINDS", "job_links"]
 CONSOLE = "https://console.cloud.google.com"
 #: Every kind of link, in display order.
 LINK_KINDS = ("job", "logs", "files")
+#: Where the dashboard is served (``kinetic ui``), e.g. ``http://127.0.0.1:8265``.
+UI_URL_ENV = "KINETIC_UI_URL"
 
 
 def job_links(handle: JobHandle) -> dict[str, str]:
     """``{kind: url}`` for the pages this job has (kinds from ``LINK_KINDS``)."""
     kind: BackendKind = registry.backend_kind(handle.target.get("backend"))
     built = {**kind.links(handle.job_id, handle.target), "files": _files_url(handle) or ""}
+    if (handle.target.get("backend") or "local") == "local":
+        built["job"] = _dashboard_url(handle.job_id) or ""
     return {name: built[name] for name in LINK_KINDS if built.get(name)}
 
 
@@ -36,3 +45,17 @@ def _files_url(handle: JobHandle) -> str | None:
     if not location.startswith("gs://"):
         return None
     return f"{CONSOLE}/storage/browser/{location[len('gs://') :]}"
+
+
+def _dashboard_url(job_id: str) -> str | None:
+    """The job's page in the dashboard at ``KINETIC_UI_URL`` (None where it is unset);
+    ConfigError for a value that is not an http(s) URL."""
+    base = os.environ.get(UI_URL_ENV, "").strip()
+    if not base:
+        return None
+    if not base.startswith(("http://", "https://")) or len(base) <= len("https://"):
+        raise ConfigError(
+            f"{UI_URL_ENV}={base!r} is not an http(s) URL: set it to where `kinetic ui` serves "
+            "the dashboard, e.g. http://127.0.0.1:8265 (or unset it)."
+        )
+    return f"{base.rstrip('/')}/jobs/{quote(job_id)}"

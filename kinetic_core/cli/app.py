@@ -16,6 +16,7 @@ import kinetic_core as kc
 from kinetic_core.cli.batch import batch
 from kinetic_core.cli.common import DONE, TIMED_OUT, USAGE
 from kinetic_core.cli.jobs import jobs
+from kinetic_core.cli.ui import ui
 
 #: Exit code when the user interrupts (Ctrl-C), as shells report SIGINT.
 INTERRUPTED = 130
@@ -67,6 +68,7 @@ def cli(storage: str | None) -> None:
 
 cli.add_command(jobs)
 cli.add_command(batch)
+cli.add_command(ui)
 
 
 def run(argv: list[str] | None = None) -> int:

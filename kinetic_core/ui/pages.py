@@ -1,0 +1,307 @@
+"""The dashboard's HTML, rendered on the server from ``views`` data.
+
+Every value is escaped (``esc``); every link starts with the app's base path, so the
+pages work at ``/`` and mounted under another app (Airflow's ``/kinetic``). The first
+paint is complete without JavaScript; ``static/app.js`` then keeps it live and draws
+the charts. Element ids the browser tests rely on: ``#jobs-table`` (rows
+``tr[data-job-id]``), ``#job-state``, ``#timeline``, ``#logs``, ``#worker-select``,
+``#usage-chart``, ``#batch-progress``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from kinetic_core.states import JobStatus
+
+STATUSES = [s.value for s in JobStatus]
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def page(base: str, title: str, body: str, *, view: str, data: dict[str, Any]) -> str:
+    """The layout around one page; ``data`` reaches app.js as JSON in a data attribute."""
+    nav = "".join(
+        f'<a href="{esc(base)}{href}" class="{"on" if view.startswith(key) else ""}">{label}</a>'
+        for key, href, label in (
+            ("job", "/", "Jobs"),
+            ("batch", "/batches", "Batches"),
+            ("usage", "/usage", "Usage"),
+        )
+    )
+    return (
+        "<!doctype html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)} · kinetic</title>"
+        f'<link rel="stylesheet" href="{esc(base)}/static/app.css">'
+        f'</head><body data-base="{esc(base)}" data-view="{esc(view)}" '
+        f"data-page='{esc(json.dumps(data))}'>"
+        f'<header><a class="brand" href="{esc(base)}/">kinetic</a><nav>{nav}</nav></header>'
+        f"<main>{body}</main>"
+        f'<script src="{esc(base)}/static/app.js"></script>'
+        "</body></html>"
+    )
+
+
+def badge(status: str | None) -> str:
+    return f'<span class="badge s-{esc(status)}">{esc(status)}</span>'
+
+
+def job_link(base: str, job_id: str) -> str:
+    return f'<a href="{esc(base)}/jobs/{quote(job_id)}">{esc(job_id)}</a>'
+
+
+# ---- jobs -------------------------------------------------------------------------------------
+def jobs_page(base: str, listing: dict[str, Any], filters: dict[str, Any]) -> str:
+    status_options = '<option value="">any status</option>' + "".join(
+        f"<option{' selected' if filters.get('status') == s else ''}>{s}</option>" for s in STATUSES
+    )
+    form = (
+        '<form id="filters" class="filters" method="get">'
+        f'<select name="status">{status_options}</select>'
+        f'<input name="tag" placeholder="tag key=value" value="{esc(filters.get("tag"))}">'
+        f'<input name="name" placeholder="name" value="{esc(filters.get("name"))}">'
+        f'<input name="since" placeholder="since: 2h, 7d, 2026-11-25" '
+        f'value="{esc(filters.get("since"))}">'
+        '<button type="submit">Filter</button></form>'
+    )
+    rows = "".join(job_row(base, j) for j in listing["jobs"])
+    table = (
+        '<table id="jobs-table"><thead><tr><th>Job</th><th>Name</th><th>Status</th>'
+        "<th>Reason</th><th>Created</th><th>Attempt</th><th>Tags</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+    empty = "" if listing["jobs"] else '<p class="empty">No jobs match.</p>'
+    older = ""
+    if listing.get("next_until"):
+        query = {k: v for k, v in filters.items() if v} | {"until": listing["next_until"]}
+        older = f'<p><a id="older" href="{esc(base)}/?{esc(urlencode(query))}">Older jobs →</a></p>'
+    return f"<h1>Jobs</h1>{form}{table}{empty}{older}"
+
+
+def job_row(base: str, job: dict[str, Any]) -> str:
+    tags = " ".join(f'<span class="tag">{esc(k)}={esc(v)}</span>' for k, v in job["tags"].items())
+    return (
+        f'<tr data-job-id="{esc(job["job_id"])}" data-status="{esc(job["status"])}">'
+        f"<td>{job_link(base, job['job_id'])}</td><td>{esc(job['name'])}</td>"
+        f"<td>{badge(job['status'])}</td><td>{esc(job['reason'])}</td>"
+        f'<td><time datetime="{esc(job["created_at"])}">{esc(job["created_at"])}</time></td>'
+        f"<td>{esc(job['attempt'])}</td><td>{tags}</td></tr>"
+    )
+
+
+# ---- one job ----------------------------------------------------------------------------------
+def job_page(base: str, job: dict[str, Any], allow_actions: bool) -> str:
+    state = job["state"]
+    cancel = ""
+    if allow_actions and not JobStatus(state["status"]).terminal:
+        cancel = '<button id="cancel-job" class="danger">Cancel job</button>'
+    workers = ""
+    if job["workers"] > 1:
+        options = '<option value="">all workers</option>' + "".join(
+            f'<option value="{k}">worker {k}</option>' for k in range(job["workers"])
+        )
+        workers = f'<select id="worker-select">{options}</select>'
+    batch = ""
+    if job.get("group_id"):
+        batch = (
+            f"<p>Child {esc(job.get('index'))} of batch "
+            f'<a href="{esc(base)}/batches/{quote(job["group_id"])}">{esc(job["group_id"])}</a></p>'
+        )
+    return (
+        f"<h1>{esc(job['name'] or job['job_id'])} <small>{esc(job['job_id'])}</small></h1>"
+        f"{batch}"
+        f'<section class="summary"><div id="job-state" data-status="{esc(state["status"])}">'
+        f"{state_text(state)}</div>{cancel}"
+        f'<p class="note">{esc(job["recovery_note"])}</p>'
+        f"<p>{esc(job['description'])}</p></section>"
+        '<h2>Timeline</h2><svg id="timeline" role="img" aria-label="state timeline" '
+        'width="100%" height="90"></svg>'
+        f'<h2>Logs</h2><div class="logbar">{workers}'
+        '<label><input type="checkbox" id="follow" checked> follow</label></div>'
+        '<pre id="logs"></pre>'
+        f'<h2>Outcome</h2><div id="outcome">{outcome_html(job["outcome"])}</div>'
+        f'<h2>Outputs</h2><div id="outputs">{outputs_html(base, job)}</div>'
+        f'<h2>Usage</h2><div id="usage">{usage_html(job["usage"])}</div>'
+        '<svg id="usage-chart" role="img" aria-label="chip-hours" width="100%" height="40"></svg>'
+        f'<h2>Links</h2><div id="links">{links_html(job["links"])}</div>'
+        f"<h2>Details</h2>{details_html(job)}"
+    )
+
+
+def state_text(state: dict[str, Any]) -> str:
+    detail = " · ".join(esc(x) for x in (state.get("reason"), state.get("message")) if x)
+    code = state.get("exit_code")
+    extra = f" · exit code {esc(code)}" if code is not None else ""
+    return f"{badge(state['status'])} <span class='reason'>{detail}{extra}</span>"
+
+
+def outcome_html(outcome: dict[str, Any] | None) -> str:
+    if outcome is None:
+        return '<p class="empty">Not finished yet.</p>'
+    if outcome["kind"] == "result":
+        return f'<pre class="result">{esc(outcome["text"])}</pre>'
+    if outcome["kind"] == "cancelled":
+        return f'<p class="cancelled">{esc(outcome["text"])}</p>'
+    return f'<pre class="traceback">{esc(outcome["text"])}</pre>'
+
+
+def outputs_html(base: str, job: dict[str, Any]) -> str:
+    if not job["outputs"]:
+        return '<p class="empty">No output files.</p>'
+    where = f"{base}/api/jobs/{quote(job['job_id'])}/outputs/"
+    items = "".join(
+        f'<li><a href="{esc(where)}{esc(quote(o["path"]))}" download>{esc(o["path"])}</a></li>'
+        for o in job["outputs"]
+    )
+    return f'<ul class="outputs">{items}</ul>'
+
+
+def usage_html(usage: dict[str, Any] | None) -> str:
+    if not usage:
+        return '<p class="empty">No usage recorded.</p>'
+    rows = "".join(
+        f"<tr><th>{esc(k.replace('_', ' '))}</th><td>{esc(_num(v))}</td></tr>"
+        for k, v in usage.items()
+        if not isinstance(v, dict | list)
+    )
+    return f'<table class="kv">{rows}</table>'
+
+
+def links_html(links: dict[str, str]) -> str:
+    if not links:
+        return '<p class="empty">No web pages for this job.</p>'
+    return "".join(
+        f'<a class="ext" href="{esc(url)}" rel="noopener noreferrer" target="_blank">{esc(kind)}</a> '
+        for kind, url in links.items()
+        if url.startswith(("http://", "https://"))
+    )
+
+
+def details_html(job: dict[str, Any]) -> str:
+    fields = {
+        "owner": job["owner"],
+        "created": job["created_at"],
+        "started": job["state"].get("started_at"),
+        "finished": job["state"].get("finished_at"),
+        "attempt": job["state"].get("attempt"),
+        "backend": job["backend"],
+        "accelerator": job["accelerator"],
+        "workers": job["workers"],
+        "storage": job["location"],
+        "idempotency key": job["idempotency_key"],
+        "tags": ", ".join(f"{k}={v}" for k, v in job["tags"].items()),
+        "target": json.dumps(job["target"], sort_keys=True),
+    }
+    rows = "".join(
+        f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
+        for k, v in fields.items()
+        if v not in (None, "")
+    )
+    return f'<table class="kv">{rows}</table>'
+
+
+# ---- batches ----------------------------------------------------------------------------------
+def batches_page(base: str, listing: dict[str, Any]) -> str:
+    rows = "".join(
+        f'<tr data-group-id="{esc(b["group_id"])}">'
+        f'<td><a href="{esc(base)}/batches/{quote(b["group_id"])}">{esc(b["group_id"])}</a></td>'
+        f"<td>{esc(b['name'])}</td><td>{progress_bar(b, element_id=None)}</td>"
+        f"<td>{esc(b['done'])}/{esc(b['total'])}</td><td>{esc(b['created_at'])}</td></tr>"
+        for b in listing["batches"]
+    )
+    empty = "" if listing["batches"] else '<p class="empty">No batches.</p>'
+    return (
+        '<h1>Batches</h1><table id="batches-table"><thead><tr><th>Batch</th><th>Name</th>'
+        f"<th>Progress</th><th>Done</th><th>Created</th></tr></thead><tbody>{rows}</tbody>"
+        f"</table>{empty}"
+    )
+
+
+def progress_bar(batch: dict[str, Any], element_id: str | None = "batch-progress") -> str:
+    """A bar of one segment per child status, widths in proportion."""
+    total = max(int(batch["total"]), 1)
+    segments = "".join(
+        f'<span class="seg s-{esc(s)}" data-status="{esc(s)}" title="{esc(s)}: {n}" '
+        f'style="width:{100 * n / total:.3f}%"></span>'
+        for s, n in sorted(batch["counts"].items())
+    )
+    ident = f' id="{element_id}"' if element_id else ""
+    return (
+        f'<div{ident} class="progress" role="progressbar" aria-valuemin="0" '
+        f'aria-valuemax="{total}" aria-valuenow="{esc(batch["done"])}">{segments}</div>'
+    )
+
+
+def batch_page(base: str, batch: dict[str, Any], allow_actions: bool) -> str:
+    counts = " ".join(f"{badge(s)} {n}" for s, n in sorted(batch["counts"].items()))
+    cancel = ""
+    if allow_actions and batch["done"] < batch["total"] and not batch["cancel_requested"]:
+        cancel = '<button id="cancel-batch" class="danger">Cancel batch</button>'
+    children = "".join(
+        f'<tr data-index="{c["index"]}" data-status="{esc(c["status"])}"><td>{c["index"]}</td>'
+        f"<td>{job_link(base, c['job_id']) if c['job_id'] else '-'}</td>"
+        f"<td>{badge(c['status'])}</td></tr>"
+        for c in batch["children"]
+    )
+    failed = "".join(
+        f'<details class="failed" data-index="{f["index"]}"><summary>child {f["index"]} '
+        f"{badge(f['status'])} {esc(f['reason'])}</summary>"
+        f'<pre class="traceback">{esc(f["error"])}</pre></details>'
+        for f in batch["failed"]
+    )
+    return (
+        f"<h1>{esc(batch['name'])} <small>{esc(batch['group_id'])}</small></h1>"
+        f"{progress_bar(batch)}<p id='batch-counts'>{counts} · {batch['done']}/{batch['total']} "
+        f"done</p>{cancel}"
+        f"<h2>Failed children</h2>{failed or '<p class=empty>None.</p>'}"
+        '<h2>Children</h2><table id="children-table"><thead><tr><th>#</th><th>Job</th>'
+        f"<th>Status</th></tr></thead><tbody>{children}</tbody></table>"
+    )
+
+
+# ---- usage ------------------------------------------------------------------------------------
+def usage_page(usage: dict[str, Any], filters: dict[str, Any]) -> str:
+    form = (
+        '<form id="filters" class="filters" method="get">'
+        f'<input name="since" placeholder="since: 7d" value="{esc(filters.get("since"))}">'
+        f'<input name="tag" placeholder="tag key=value" value="{esc(filters.get("tag"))}">'
+        '<button type="submit">Show</button></form>'
+    )
+    if not usage["available"]:
+        note = '<p class="empty">No usage recorded for these jobs.</p>'
+    else:
+        total = usage["total"]
+        note = (
+            f"<p>{esc(usage['jobs'])} jobs · {_num(total['chip_hours'])} chip-hours "
+            f"({_num(total['useful_chip_hours'])} useful, {_num(total['lost_chip_hours'])} "
+            f"lost)" + (f" · cost {_num(total['cost'])}" if total.get("cost") else "") + "</p>"
+        )
+    tags = "".join(
+        f"<tr><td>{esc(t['tag'])}</td><td>{_num(t['chip_hours'])}</td>"
+        f"<td>{_num(t['useful_chip_hours'])}</td><td>{_num(t['lost_chip_hours'])}</td></tr>"
+        for t in usage["tags"]
+    )
+    return (
+        f"<h1>Usage</h1>{form}{note}"
+        '<h2>Chip-hours per day</h2><svg id="usage-chart" role="img" aria-label="chip-hours '
+        'per day" width="100%" height="220"></svg>'
+        '<h2>Per tag</h2><table id="usage-tags"><thead><tr><th>Tag</th><th>Chip-hours</th>'
+        f"<th>Useful</th><th>Lost</th></tr></thead><tbody>{tags}</tbody></table>"
+    )
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
+    return str(value)
+
+
+def not_found(message: str) -> str:
+    return f'<h1>Not found</h1><p class="error">{esc(message)}</p>'

@@ -1,0 +1,427 @@
+"""What the dashboard shows, as JSON-ready dicts, read from the storage root only.
+
+No web framework here: ``app.py`` turns these into responses and pages. Everything goes
+through the public API (``list_jobs``, ``attach``, ``resolve_states``, ``read_logs``,
+``list_batches``) except two reads no public call offers without side effects: a
+succeeded job's result (``result()`` marks it collected, which changes what an
+idempotent resubmit does; a page view must change nothing) and the list of its output
+files. A page of jobs costs one ``list_jobs(limit=...)`` and one batched state
+resolution of that page.
+"""
+
+from __future__ import annotations
+
+import os
+import reprlib
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from threading import Lock
+from typing import Any, BinaryIO
+
+import kinetic_core as kc
+from kinetic_core import layout, outputs
+from kinetic_core.config import Target
+from kinetic_core.listing import INTERNAL_TAG_PREFIX
+from kinetic_core.payload import load_envelope
+from kinetic_core.storage import Storage, open_storage
+
+#: Longest result repr shown (characters): a glance, not a download.
+RESULT_REPR_LIMIT = 2000
+#: Most output files listed on a job's page.
+OUTPUTS_LISTED = 500
+#: Most jobs one page (or the usage view) reads.
+MAX_LIMIT = 1000
+DEFAULT_LIMIT = 50
+#: Longest log cursor accepted from a client (a merged cursor is small JSON).
+CURSOR_LIMIT = 8192
+#: Results of finished jobs kept in memory: a terminal job's result never changes.
+_RESULTS_KEPT = 256
+
+
+class NotFound(kc.KineticError):
+    """A path the dashboard refuses to serve (404): no such output file of the job."""
+
+
+@dataclass
+class Reader:
+    """The storage root the dashboard reads, resolved once."""
+
+    target: Target
+    _results: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
+    _lock: Lock = field(default_factory=Lock)
+
+    @classmethod
+    def of(cls, storage: str | None) -> Reader:
+        return cls(Target(storage=storage).resolve())
+
+    @property
+    def storage_uri(self) -> str:
+        return self.target.storage or ""
+
+    def storage(self) -> Storage:
+        return open_storage(self.storage_uri)
+
+    # ---- jobs ---------------------------------------------------------------------------
+    def jobs(
+        self,
+        *,
+        statuses: list[str] | None = None,
+        tags: dict[str, str] | None = None,
+        name: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> dict[str, Any]:
+        """One page of jobs, newest first, each with its resolved state; ``next_until``
+        is the ``until`` of the next (older) page, None on the last."""
+        handles = kc.list_jobs(
+            statuses=statuses or None,
+            tags=tags or None,
+            name=name or None,
+            since=_when(since),
+            until=_when(until),
+            limit=limit + 1,
+            target=self.target,
+        )
+        more = len(handles) > limit
+        handles = handles[:limit]
+        states = kc.resolve_states(handles) if handles else []
+        rows = [_job_row(h, s) for h, s in zip(handles, states, strict=True)]
+        older = f"{handles[-1].created_at - 1e-6:.6f}" if more and handles else None
+        return {"jobs": rows, "count": len(rows), "next_until": older}
+
+    def attach(self, job_id: str) -> kc.JobHandle:
+        return kc.attach(kc.validate_id(job_id), target=self.target)
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """Everything the job page shows (state, history, result or error, outputs,
+        usage, links); what cannot be read is left empty, never an error page."""
+        handle = self.attach(job_id)
+        state = handle.state()
+        newest = handle if state.job_id == handle.job_id else self.attach(state.job_id)
+        return {
+            **_job_row(handle, state),
+            "description": handle.description,
+            "idempotency_key": handle.idempotency_key,
+            "workers": handle.workers,
+            "index": handle.index,
+            "image": handle.image,
+            "spot": handle.spot,
+            "location": handle.location,
+            "target": Target.from_stored(handle.target).to_dict(),
+            "state": state.to_dict(),
+            "recovery_note": state.recovery_note,
+            "history": [t.to_dict() for t in handle.history()],
+            "outcome": self._outcome(handle, newest, state),
+            "outputs": self.outputs(newest),
+            "links": _links(handle),
+            "usage": usage_of(handle),
+        }
+
+    def _outcome(
+        self, handle: kc.JobHandle, newest: kc.JobHandle, state: kc.JobState
+    ) -> dict[str, Any] | None:
+        """The result (a truncated repr) of a succeeded job or the error of a failed one;
+        None while it runs. Cached: a terminal outcome never changes."""
+        if not state.terminal:
+            return None
+        with self._lock:
+            if state.job_id in self._results:
+                return self._results[state.job_id]
+        outcome = (
+            self._result(newest)
+            if state.status is kc.JobStatus.SUCCEEDED
+            else _error(handle, state)
+        )
+        with self._lock:
+            self._results[state.job_id] = outcome
+            while len(self._results) > _RESULTS_KEPT:
+                self._results.popitem(last=False)
+        return outcome
+
+    def _result(self, newest: kc.JobHandle) -> dict[str, Any]:
+        """The value's repr, read without marking the job collected (a view changes
+        nothing). A value this process cannot load (its class is not importable here)
+        is named, not shown."""
+        try:
+            _, body = load_envelope(
+                self.storage(),
+                layout.job_file(newest.job_id, layout.RESULT),
+                kind="result",
+                job_id=newest.job_id,
+                signing_key=self.target.signing_key,
+            )
+        except FileNotFoundError:
+            return {"kind": "result", "available": False, "text": "collected and cleaned up"}
+        except Exception as exc:
+            return {"kind": "result", "available": False, "text": _cannot_load(exc)}
+        text = _short_repr(body.get("value"))
+        return {"kind": "result", "available": True, "text": _truncate(text)}
+
+    # ---- outputs ------------------------------------------------------------------------
+    def _place(self, handle: kc.JobHandle) -> outputs.Place:
+        return outputs.place(self.storage(), handle.job_id, handle.target.get("output_dir"))
+
+    def outputs(self, handle: kc.JobHandle) -> list[dict[str, Any]]:
+        """The job's synced output files (the first ``OUTPUTS_LISTED``), relative paths."""
+        try:
+            where = self._place(handle)
+            return [{"path": p} for p in where.storage.walk(where.prefix)[:OUTPUTS_LISTED]]
+        except (kc.KineticError, OSError):
+            return []
+
+    def open_output(self, job_id: str, path: str) -> tuple[str, Iterator[bytes]]:
+        """(name, chunks) of one output file of the job's newest attempt. Only a path the
+        job's own listing holds is served, and on local storage only a file whose real
+        path stays inside the job's folder (no ``..``, no link out of it)."""
+        handle = self.attach(job_id)
+        state = handle.state()
+        newest = handle if state.job_id == handle.job_id else self.attach(state.job_id)
+        where = self._place(newest)
+        if not path or path.startswith("/") or ".." in path.split("/"):
+            raise NotFound(f"{path!r} is not an output file of job {job_id}.")
+        if path not in where.storage.walk(where.prefix):
+            raise NotFound(f"{path!r} is not an output file of job {job_id}.")
+        key = f"{where.prefix}/{path}"
+        local = where.storage.local_path(key)
+        if local is not None:
+            base = os.path.realpath(where.storage.local_path(where.prefix) or "")
+            if not os.path.realpath(local).startswith(base + os.sep):
+                raise NotFound(f"{path!r} leads outside the outputs of job {job_id}.")
+        return os.path.basename(path), _chunks(where.storage, key)
+
+    # ---- logs ---------------------------------------------------------------------------
+    def logs(self, job_id: str, cursor: str | None, worker: int | None) -> dict[str, Any]:
+        """Log text after ``cursor`` and the next cursor (``JobHandle.read_logs``), and
+        whether the job has ended (the client stops following once ``done`` and empty)."""
+        if cursor is not None and len(cursor) > CURSOR_LIMIT:
+            raise kc.ConfigError("cursor is too long: pass the cursor a read returned.")
+        handle = self.attach(job_id)
+        state = handle.state()
+        done = state.terminal
+        try:
+            text, after = handle.read_logs(cursor or None, worker=worker)
+        except (ValueError, OSError) as exc:
+            raise kc.ConfigError(
+                f"{cursor!r} is not a log cursor of job {job_id} ({exc}); pass the cursor "
+                "a read returned, or none."
+            ) from None
+        return {
+            "job_id": handle.job_id,
+            "text": text,
+            "cursor": after,
+            "worker": worker,
+            "workers": handle.workers,
+            "status": state.status.value,
+            "done": done,
+        }
+
+    # ---- batches ------------------------------------------------------------------------
+    def batches(self, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
+        found = kc.list_batches(target=self.target, limit=limit)
+        return {"batches": [_batch_row(b, b.statuses()) for b in found]}
+
+    def attach_batch(self, group_id: str) -> kc.BatchHandle:
+        return kc.attach_batch(kc.validate_id(group_id, "group id"), target=self.target)
+
+    def batch(self, group_id: str) -> dict[str, Any]:
+        """The batch's progress, every child's status and the failed children's errors."""
+        batch = self.attach_batch(group_id)
+        statuses = batch.statuses()
+        jobs = batch.jobs
+        failed = batch.failed_children()
+        reports = batch.failure_reports(failed)
+        return {
+            **_batch_row(batch, statuses),
+            "children": [
+                {"index": i, "job_id": j.job_id if j else None, "status": s.value}
+                for i, (j, s) in enumerate(zip(jobs, statuses, strict=True))
+            ],
+            "failed": [
+                {
+                    "index": f.index,
+                    "job_id": f.job.job_id if f.job else None,
+                    "status": f.status.value,
+                    "reason": f.reason,
+                    "message": f.message,
+                    "error": _truncate(reports.get(f.index) or f.message or ""),
+                }
+                for f in failed
+            ],
+        }
+
+    # ---- usage --------------------------------------------------------------------------
+    def usage(
+        self, *, since: str | None = "7d", tags: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Chip-hours per day and per tag, useful vs lost, over the jobs created since
+        ``since`` (at most ``MAX_LIMIT`` jobs). ``available`` is False where this version
+        records no usage (no ``JobHandle.usage``)."""
+        handles = kc.list_jobs(
+            since=_when(since), tags=tags or None, limit=MAX_LIMIT, target=self.target
+        )
+        days: dict[str, dict[str, float]] = {}
+        by_tag: dict[str, dict[str, float]] = {}
+        total = _zero()
+        available = False
+        for handle in handles:
+            usage = usage_of(handle)
+            if usage is None:
+                continue
+            available = True
+            day = datetime.fromtimestamp(handle.created_at, UTC).date().isoformat()
+            _add(days.setdefault(day, _zero()), usage)
+            _add(total, usage)
+            for key, value in handle.tags.items():
+                if not key.startswith(INTERNAL_TAG_PREFIX):
+                    _add(by_tag.setdefault(f"{key}={value}", _zero()), usage)
+        return {
+            "available": available,
+            "jobs": len(handles),
+            "total": total,
+            "days": [{"day": d, **v} for d, v in sorted(days.items())],
+            "tags": [{"tag": t, **v} for t, v in sorted(by_tag.items())],
+        }
+
+    # ---- actions ------------------------------------------------------------------------
+    def cancel_job(self, job_id: str) -> dict[str, Any]:
+        handle = self.attach(job_id)
+        decided = handle.cancel()
+        return {"job_id": handle.job_id, "cancelled": decided, "status": handle.status().value}
+
+    def cancel_batch(self, group_id: str) -> dict[str, Any]:
+        batch = self.attach_batch(group_id)
+        batch.cancel()
+        return {"group_id": batch.group_id, "cancel_requested": batch.cancel_requested}
+
+
+# ---- helpers ------------------------------------------------------------------------------
+_USAGE_KEYS = ("chip_hours", "useful_chip_hours", "lost_chip_hours", "queued_seconds", "cost")
+
+
+def usage_of(handle: kc.JobHandle) -> dict[str, Any] | None:
+    """``handle.usage().to_dict()`` where this version records usage, else None (never an
+    error: a job without records has no usage to show)."""
+    reader = getattr(handle, "usage", None)
+    if reader is None:
+        return None
+    try:
+        data = reader().to_dict()
+    except Exception:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _zero() -> dict[str, float]:
+    return dict.fromkeys(_USAGE_KEYS, 0.0)
+
+
+def _add(into: dict[str, float], usage: dict[str, Any]) -> None:
+    for key in _USAGE_KEYS:
+        value = usage.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            into[key] += float(value)
+
+
+def _when(value: str | None) -> float | None:
+    """A ``since``/``until`` query value as epoch seconds (``kc.parse_when`` forms)."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        return kc.parse_when(float(text))
+    except ValueError:
+        return kc.parse_when(text)
+
+
+def _iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, UTC).isoformat() if ts else None
+
+
+def _job_row(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any]:
+    """One line of the jobs table."""
+    return {
+        "job_id": handle.job_id,
+        "name": handle.name,
+        "owner": handle.owner,
+        "status": state.status.value,
+        "reason": state.reason,
+        "message": state.message,
+        "created_at": _iso(handle.created_at),
+        "started_at": state.started_at.isoformat() if state.started_at else None,
+        "finished_at": state.finished_at.isoformat() if state.finished_at else None,
+        "attempt": state.attempt,
+        "recoveries": state.recoveries,
+        "backend": handle.target.get("backend") or "local",
+        "accelerator": handle.accelerator,
+        "group_id": handle.group_id,
+        "tags": {k: v for k, v in handle.tags.items() if not k.startswith(INTERNAL_TAG_PREFIX)},
+    }
+
+
+def _batch_row(batch: kc.BatchHandle, statuses: list[kc.ChildStatus]) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    for s in statuses:
+        counts[s.value] = counts.get(s.value, 0) + 1
+    done = sum(1 for s in statuses if s.terminal)
+    return {
+        "group_id": batch.group_id,
+        "name": batch.name,
+        "total": batch.total,
+        "created_at": batch.created_at.isoformat(),
+        "tags": {k: v for k, v in batch.tags.items() if not k.startswith(INTERNAL_TAG_PREFIX)},
+        "counts": counts,
+        "done": done,
+        "cancel_requested": batch.cancel_requested,
+    }
+
+
+def _links(handle: kc.JobHandle) -> dict[str, str]:
+    try:
+        return kc.job_links(handle)
+    except kc.KineticError:
+        return {}
+
+
+def _error(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any]:
+    """A failed or cancelled job's story: status, reason, remote exception with its
+    traceback and log tail (``describe_failure``, as the CLI prints it)."""
+    if state.status is kc.JobStatus.CANCELLED:
+        return {"kind": "cancelled", "text": state.message or "cancelled"}
+    try:
+        exc = kc.failure_of(handle)
+        text = kc.describe_failure(handle, exc)
+        kind = exc.type_name if isinstance(exc, kc.RemoteError) else type(exc).__name__
+    except Exception as exc:  # a job whose evidence is gone: say what is known
+        text, kind = f"{state.status.value} ({state.reason}): {state.message}", _cannot_load(exc)
+    return {"kind": "error", "type": kind, "text": _truncate(text, 20000)}
+
+
+def _cannot_load(exc: BaseException) -> str:
+    return f"not loadable by the dashboard ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def _short_repr(value: Any) -> str:
+    """A bounded repr: a huge list or string is cut while it is built, not after."""
+    shorter = reprlib.Repr()
+    shorter.maxstring = shorter.maxother = RESULT_REPR_LIMIT
+    shorter.maxlist = shorter.maxtuple = shorter.maxdict = shorter.maxset = 50
+    shorter.maxlevel = 4
+    return _truncate(shorter.repr(value))
+
+
+def _truncate(text: str, limit: int = RESULT_REPR_LIMIT) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more)"
+
+
+def _chunks(storage: Storage, key: str, size: int = 1 << 16) -> Iterator[bytes]:
+    """Stream one stored file (never read whole into memory)."""
+    with storage.open_read(key) as fh:
+        yield from _read(fh, size)
+
+
+def _read(fh: BinaryIO, size: int) -> Iterator[bytes]:
+    while piece := fh.read(size):
+        yield piece
