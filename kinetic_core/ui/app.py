@@ -7,7 +7,7 @@ job 404, a bad filter 400; anything else is the framework's 500.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -216,19 +216,19 @@ def _status_of(exc: kc.KineticError) -> int:
     return 500
 
 
-async def _kinetic_error(request: Request, exc: Exception) -> Response:
-    """A KineticError as JSON under /api/, as a small page elsewhere (escaped)."""
-    assert isinstance(exc, kc.KineticError)
-    status = _status_of(exc)
-    if request.url.path.startswith(f"{request.scope.get('root_path', '')}/api/") or (
-        "/api/" in request.url.path
-    ):
-        return JSONResponse({"error": str(exc), "type": type(exc).__name__}, status_code=status)
-    body = pages.not_found(str(exc)) if status == 404 else f"<p>{pages.esc(exc)}</p>"
-    return HTMLResponse(
-        pages.page(str(request.scope.get("root_path") or ""), "Error", body, view="error", data={}),
-        status_code=status,
-    )
+def _error_handler(dashboard: Dashboard) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """A KineticError as JSON under /api/, as a small page (escaped) elsewhere."""
+
+    async def handle(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, kc.KineticError)
+        status = _status_of(exc)
+        if "/api/" in request.url.path:
+            return JSONResponse({"error": str(exc), "type": type(exc).__name__}, status)
+        body = pages.not_found(str(exc)) if status == 404 else f"<p>{pages.esc(exc)}</p>"
+        html = pages.page(dashboard.base(request), "Error", body, view="error", data={})
+        return HTMLResponse(html, status_code=status)
+
+    return handle
 
 
 def build(
@@ -239,7 +239,7 @@ def build(
     app = Starlette(
         routes=dashboard.routes(),
         middleware=middleware,
-        exception_handlers={kc.KineticError: _kinetic_error},
+        exception_handlers={kc.KineticError: _error_handler(dashboard)},
     )
     app.state.dashboard = dashboard
     return app

@@ -254,6 +254,42 @@
     if (cancel && TERMINAL[job.state.status]) { cancel.remove(); }
   }
 
+  function renderEnd(job) {
+    // the job ended while the page was open: fill what only an ended job has, no reload
+    var outcome = document.getElementById("outcome");
+    if (outcome && job.outcome) {
+      var kind = job.outcome.kind;
+      var node = kind === "cancelled" ? el("p", { "class": "cancelled" }, job.outcome.text)
+        : el("pre", { "class": kind === "result" ? "result" : "traceback" }, job.outcome.text);
+      outcome.replaceChildren(node);
+    }
+    var outputs = document.getElementById("outputs");
+    if (outputs && job.outputs && job.outputs.length) {
+      var list = el("ul", { "class": "outputs" });
+      job.outputs.forEach(function (o) {
+        var href = BASE + "/api/jobs/" + encodeURIComponent(job.job_id) + "/outputs/" +
+          o.path.split("/").map(encodeURIComponent).join("/");
+        var item = el("li");
+        item.appendChild(el("a", { href: href, download: "" }, o.path));
+        list.appendChild(item);
+      });
+      outputs.replaceChildren(list);
+    }
+    var usage = document.getElementById("usage");
+    if (usage && job.usage) {
+      var table = el("table", { "class": "kv" });
+      Object.keys(job.usage).forEach(function (k) {
+        var v = job.usage[k];
+        if (v !== null && typeof v === "object") { return; }
+        var row = el("tr");
+        row.appendChild(el("th", {}, k.replace(/_/g, " ")));
+        row.appendChild(el("td", {}, typeof v === "number" ? String(Math.round(v * 1000) / 1000) : v));
+        table.appendChild(row);
+      });
+      usage.replaceChildren(table);
+    }
+  }
+
   function jobPage() {
     var jobId = PAGE.job_id;
     if (!jobId) { return; }
@@ -264,7 +300,7 @@
       every(function () {
         return api("/api/jobs/" + encodeURIComponent(jobId)).then(function (job) {
           renderJob(job);
-          if (TERMINAL[job.state.status]) { window.location.reload(); return false; }
+          if (TERMINAL[job.state.status]) { renderEnd(job); return false; }
           return true;
         });
       });
