@@ -56,7 +56,7 @@ def test_dashboard_inside_airflows_ui(api_server: str, dagbag: Any) -> None:
     assert dr.state == "success" and task_job and standalone.wait(timeout=60)
     with browser_page() as page:
         page.goto(f"{api_server}/plugin/kinetic")  # the "Kinetic" entry of Airflow's nav
-        frame = page.frame_locator(f'iframe[src^="/kinetic"]')
+        frame = page.frame_locator('iframe[src^="/kinetic"]')
         for job_id in (standalone.job_id, task_job):
             frame.locator(f'#jobs-table tr[data-job-id="{job_id}"]').wait_for()
         screenshot(page, "airflow")
