@@ -6,7 +6,7 @@ user and password); and a local job's extra link opens the job page there."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -52,19 +52,21 @@ def test_plugin_loads_with_what_this_minor_supports() -> None:
     assert task["destination"] == "task_instance" and "{DAG_ID}" in task["href"]
 
 
-@pytest.fixture
-def airflow_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Airflow's api-server app with auth on: SimpleAuthManager, user alice/s3cret."""
-    passwords = tmp_path / "passwords.json"
+@pytest.fixture(scope="module")
+def airflow_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Airflow's api-server app with auth on: SimpleAuthManager, user alice/s3cret (built
+    once: Airflow reads these settings when the app is created)."""
+    passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
     passwords.write_text(json.dumps({"alice": "s3cret"}))
-    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
-    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "alice:admin")
-    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(passwords))
-    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_ISSUER", "kinetic-tests")  # 3.0 needs one
-    from airflow.api_fastapi.app import create_app
-    from starlette.testclient import TestClient
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "alice:admin")
+        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(passwords))
+        mp.setenv("AIRFLOW__API_AUTH__JWT_ISSUER", "kinetic-tests")  # 3.0 needs one
+        from airflow.api_fastapi.app import create_app
+        from starlette.testclient import TestClient
 
-    return TestClient(create_app())
+        yield TestClient(create_app())
 
 
 def _token(client: Any) -> str:
