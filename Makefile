@@ -87,15 +87,19 @@ test-kubernetes: env k8s-binaries
 ## the whole Airflow suite on every supported minor: the newest (locked, .venv-airflow) and
 ## each of AIRFLOW_MINORS in its own .venv-airflow-MINOR: the whole suite on the newest (locked)
 ## and the oldest; the middle minors skip the two end-to-end files that exercise kinetic, not
-## Airflow (the Kubernetes example, detached batches), which keeps CI well under its limit
+## Airflow (the Kubernetes example, detached batches), which keeps CI well under its limit.
+## The browser test (the dashboard inside a real `airflow api-server`) runs on the newest only
 AIRFLOW_MIDDLE := 3.1 3.2
 AIRFLOW_MIDDLE_SKIP := --ignore=tests/airflow/test_examples_k8s.py --ignore=tests/airflow/test_batch_detached.py
-test-airflow: env-airflow $(addprefix env-airflow-,$(AIRFLOW_MINORS)) k8s-binaries
+test-airflow: env-airflow $(addprefix env-airflow-,$(AIRFLOW_MINORS)) k8s-binaries chromium
 	.venv-airflow/bin/mypy providers/kinetic_airflow
 	for venv in .venv-airflow $(addprefix .venv-airflow-,$(AIRFLOW_MINORS)); do \
 	  skip=$$(case " $(AIRFLOW_MIDDLE) " in *" $${venv#.venv-airflow-} "*) echo "$(AIRFLOW_MIDDLE_SKIP)";; esac); \
 	  echo "== Airflow $$($$venv/bin/python -c 'import airflow; print(airflow.__version__)') $$skip" && \
-	  $$venv/bin/pytest tests/airflow $(PYTEST_FLAGS) $$skip || exit 1; done
+	  $$venv/bin/pytest tests/airflow --ignore=tests/airflow/browser $(PYTEST_FLAGS) $$skip \
+	  || exit 1; done
+	$(call playwright,.venv-airflow)
+	.venv-airflow/bin/pytest tests/airflow/browser $(PYTEST_FLAGS)
 
 test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-binaries
 	for minor in $(PREFECT_OLDEST) $(PREFECT_NEWEST); do \
