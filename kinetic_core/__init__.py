@@ -17,6 +17,9 @@ _EXPORTS = {
     "asubmit": "kinetic_core.submission",
     "attach": "kinetic_core.jobs",
     "list_jobs": "kinetic_core.listing",
+    "batch_of": "kinetic_core.listing",
+    "repair_index": "kinetic_core.listing",
+    "RepairReport": "kinetic_core.listing",
     "tags": "kinetic_core.listing",
     "parse_when": "kinetic_core.listing",
     "JobHandle": "kinetic_core.jobs",
@@ -63,6 +66,17 @@ _EXPORTS = {
     "sync_outputs": "kinetic_core.outputs",
     "worker": "kinetic_core.workers",
     "Worker": "kinetic_core.workers",
+    "SignalAck": "kinetic_core.signals",
+    "SignalRequest": "kinetic_core.signals",
+    "GpuSample": "kinetic_core.telemetry",
+    "JobTop": "kinetic_core.telemetry",
+    "WorkerSample": "kinetic_core.telemetry",
+    "PortForward": "kinetic_core.ports",
+    "PortSpec": "kinetic_core.ports",
+    "parse_ports": "kinetic_core.ports",
+    "Usage": "kinetic_core.usage",
+    "AttemptUsage": "kinetic_core.usage",
+    "usage_summary": "kinetic_core.usage",
     **{
         name: "kinetic_core.errors"
         for name in (
@@ -76,6 +90,7 @@ _EXPORTS = {
             "StorageError",
             "BackendError",
             "JobNotFound",
+            "JobNotRunning",
             "CorruptRecord",
             "PayloadIntegrityError",
             "JobSetupError",
@@ -85,6 +100,7 @@ _EXPORTS = {
             "JobCancelled",
             "JobFailed",
             "ResultNotAvailable",
+            "SignalRefused",
             "RemoteError",
             "BatchError",
         )
@@ -132,6 +148,7 @@ if TYPE_CHECKING:
         JobCancelled,
         JobFailed,
         JobNotFound,
+        JobNotRunning,
         JobSetupError,
         KineticError,
         PayloadIntegrityError,
@@ -140,6 +157,7 @@ if TYPE_CHECKING:
         RequirementsFailed,
         ResultNotAvailable,
         SerializationError,
+        SignalRefused,
         StorageError,
         SubmissionError,
         SubmissionRefused,
@@ -151,7 +169,14 @@ if TYPE_CHECKING:
     from kinetic_core.ids import validate_id
     from kinetic_core.jobs import JobHandle, attach
     from kinetic_core.links import LINK_KINDS, job_links
-    from kinetic_core.listing import list_jobs, parse_when, tags
+    from kinetic_core.listing import (
+        RepairReport,
+        batch_of,
+        list_jobs,
+        parse_when,
+        repair_index,
+        tags,
+    )
     from kinetic_core.logs import LogStream, log_workers_option
     from kinetic_core.notice import on_preemption, preempted
     from kinetic_core.options import TargetOption, target_options
@@ -163,8 +188,12 @@ if TYPE_CHECKING:
         run_in_background,
         shared_poller,
     )
+    from kinetic_core.ports import PortForward, PortSpec, parse_ports
+    from kinetic_core.signals import SignalAck, SignalRequest
     from kinetic_core.states import ChildStatus, JobState, JobStatus
     from kinetic_core.status import resolve_states
     from kinetic_core.submission import asubmit, submit
+    from kinetic_core.telemetry import GpuSample, JobTop, WorkerSample
     from kinetic_core.termination import cancel_on_termination, install_termination_handler
+    from kinetic_core.usage import AttemptUsage, Usage, usage_summary
     from kinetic_core.workers import Worker, worker

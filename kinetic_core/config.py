@@ -25,6 +25,11 @@ STORAGE_SCHEMES = tuple(f"{scheme}://" for scheme in registry.STORAGE)
 SECRET_FIELDS = frozenset({"signing_key"})
 #: Seconds before a job that vanished from its backend reads Lost (``lost_grace``).
 DEFAULT_LOST_GRACE = 120.0
+#: How long ``debug=True`` keeps a failed job's processes or pod at most (24 h; debugging.py).
+DEBUG_HOLD = 24 * 3600
+#: What the Kubernetes manifest of a debug job sets on its runner container, so that a held
+#: runner can say how to ``kubectl exec`` into it (pod, namespace, container).
+DEBUG_POD_ENV = ("KINETIC_POD_NAME", "KINETIC_POD_NAMESPACE", "KINETIC_CONTAINER")
 DEFAULT_STORAGE = "file://~/.kinetic"
 # Per-job choices, never read from KINETIC_*: inside a job KINETIC_OUTPUT_DIR is the job's own
 # folder (a job that submits another must not hand it that), and a stray KINETIC_DEBUG
@@ -99,6 +104,9 @@ class Target:
     queue: str | None = None
     priority: str | None = None
     queue_timeout: float | None = None
+    # Cost (usage.py): accelerator -> {"on_demand": price, "spot": price} per chip-hour, an
+    # optional "currency"; or the path of a JSON/YAML file holding it (read at resolve).
+    prices: dict[str, Any] | str | None = None
     signing_key: str | None = field(default=None, repr=False)
 
     # ---- construction -------------------------------------------------------------------
@@ -180,6 +188,8 @@ class Target:
         values["storage"] = normalize_storage_uri(values["storage"] or DEFAULT_STORAGE)
         if values["output_dir"] is not None:
             values["output_dir"] = normalize_output_dir(values["output_dir"], values["storage"])
+        if values["prices"] is not None:
+            values["prices"] = price_table(values["prices"])  # a file's table travels as data
         resolved = Target(**values)
         resolved.validate()
         return resolved
@@ -207,6 +217,8 @@ class Target:
         if self.tags is not None:
             validate_tags(self.tags)
         validate_recovery(self.max_recoveries, self.recover_on_exit_codes)
+        if self.prices is not None:
+            price_table(self.prices)
 
     def _check_backend_options(self) -> None:
         """Each backend's options are checked by its kind, whatever backend this target
@@ -237,6 +249,87 @@ def validate_recovery(max_recoveries: Any, exit_codes: Any) -> None:
         )
 
 
+PRICE_KINDS = ("on_demand", "spot")
+PRICES_SHAPE = (
+    'a dict of accelerator -> prices per chip-hour, with an optional "currency", e.g. '
+    '{"tpu-v5e-16": {"on_demand": 1.2, "spot": 0.5}, "gpu-l4": {"on_demand": 0.7}, '
+    '"currency": "USD"} (example figures, not real prices); an accelerator may be named '
+    "exactly or by its family (tpu-v5e, gpu-l4); or the path of a JSON/YAML file holding it"
+)
+
+
+def price_table(value: Any) -> dict[str, Any]:
+    """The price table ``value`` names (a dict, a JSON text, or the path of a JSON/YAML
+    file), checked: ``{accelerator: {"on_demand": float, "spot": float}, "currency": str}``
+    with at least one price per accelerator. ConfigError stating that shape otherwise."""
+    source = value
+    if isinstance(value, str):
+        value = _read_prices(value)
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"prices must be {PRICES_SHAPE}; got {source!r}.")
+    table: dict[str, Any] = {}
+    for name, prices in value.items():
+        if name == "currency":
+            if not isinstance(prices, str) or not prices.strip():
+                raise ConfigError(f"prices: currency must be a name such as USD, got {prices!r}.")
+            table["currency"] = prices.strip()
+            continue
+        if (
+            not isinstance(name, str)
+            or not name
+            or not isinstance(prices, dict)
+            or not prices
+            or set(prices) - set(PRICE_KINDS)
+        ):
+            raise ConfigError(
+                f"prices: entry {name!r}: {prices!r} is wrong; prices must be {PRICES_SHAPE}."
+            )
+        for kind, price in prices.items():
+            if (
+                not isinstance(price, int | float)
+                or isinstance(price, bool)
+                or not 0 <= price < float("inf")
+            ):
+                raise ConfigError(
+                    f"prices: {name}.{kind} must be a number >= 0 (per chip-hour), got {price!r}."
+                )
+        table[name] = {kind: float(price) for kind, price in prices.items()}
+    return table
+
+
+def _read_prices(text: str) -> Any:
+    """A price table from JSON text or from a JSON/YAML file (YAML needs PyYAML)."""
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"prices: {text[:60]!r} is not valid JSON ({exc}).") from None
+    path = Path(os.path.expanduser(text))
+    try:
+        raw = path.read_text()
+    except OSError as exc:
+        raise ConfigError(
+            f"prices: cannot read the price table file {text!r} ({exc}); give the path of "
+            f"a JSON or YAML file holding {PRICES_SHAPE}."
+        ) from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ConfigError(
+                f"prices: {text!r} is YAML, which needs PyYAML (pip install "
+                "'kinetic-workflows[kubernetes]'); or write the table as JSON."
+            ) from None
+        try:
+            return yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"prices: {text!r} is not valid YAML ({exc}).") from None
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ConfigError(f"prices: {text!r} is not valid JSON ({exc}).") from None
+
+
 def validate_num_hosts(num_hosts: Any) -> None:
     """ConfigError unless ``num_hosts`` is unset or a whole number >= 1."""
     if num_hosts is not None and (
@@ -248,9 +341,17 @@ def validate_num_hosts(num_hosts: Any) -> None:
 
 
 def positive_seconds(value: Any, name: str) -> float:
-    """``value`` as float seconds; ConfigError naming ``name`` unless it is a number > 0."""
-    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}.")
+    """``value`` as float seconds; ConfigError naming ``name`` unless it is a finite
+    number > 0 (NaN compares False with everything, and infinity is no deadline)."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not 0 < value < float("inf")
+    ):
+        raise ConfigError(
+            f"{name} must be a positive number of seconds, got {value!r}; leave it unset "
+            "for no limit."
+        )
     return float(value)
 
 

@@ -21,20 +21,14 @@ import time
 from typing import Any
 
 from kinetic_core import layout
+from kinetic_core.config import DEBUG_HOLD, DEBUG_POD_ENV
 from kinetic_core.records import read_json, write_record
 from kinetic_core.storage import Storage
 
 __all__ = ["DEBUG_HOLD", "describe", "held", "read"]
 
-#: How long a failed debug job's processes or pod are kept at most (24 h).
-DEBUG_HOLD = 24 * 3600
 DEBUG = "debug.json"  # jobs/{job_id}/debug.json
-# Set on the runner's container by the Kubernetes manifest of a debug job.
-POD_NAME, POD_NAMESPACE, CONTAINER = (
-    "KINETIC_POD_NAME",
-    "KINETIC_POD_NAMESPACE",
-    "KINETIC_CONTAINER",
-)
+POD_NAME, POD_NAMESPACE, CONTAINER = DEBUG_POD_ENV
 
 
 def wanted(handle: dict[str, Any] | None) -> bool:

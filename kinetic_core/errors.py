@@ -91,6 +91,11 @@ class BackendError(KineticError):
         self.transient = transient
 
 
+class JobNotRunning(KineticError):
+    """The job has no running process to reach (port-forward): it is still pending, or it
+    has ended. The message says which."""
+
+
 class JobNotFound(KineticError, LookupError):
     """No job with that id exists under the storage root."""
 
@@ -153,6 +158,12 @@ class JobFailed(KineticError):
         super().__init__(message)
         self.state = state
         self.log_tail = log_tail
+
+
+class SignalRefused(KineticError, ValueError):
+    """``send_signal`` refused: the signal would stop or kill the job (SIGTERM: use
+    ``cancel()``), or the job is not running (ended, or not started yet). Nothing was
+    written; the message says what to do instead."""
 
 
 class ResultNotAvailable(KineticError):

@@ -9,15 +9,18 @@ Every method that waits or does I/O has an async twin named with an ``a`` prefix
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import signal
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from kinetic_core import layout, recovery, registry, signing
+from kinetic_core import layout, recovery, registry, signals, signing, telemetry
 from kinetic_core.backends import Backend, BackendKind, running
 from kinetic_core.config import Target
 from kinetic_core.data import Data
@@ -27,6 +30,7 @@ from kinetic_core.errors import (
     JobCancelled,
     JobFailed,
     JobNotFound,
+    JobNotRunning,
     KineticError,
     ResultNotAvailable,
     WaitTimeout,
@@ -47,15 +51,18 @@ from kinetic_core.polling import (
     OnStatusChange,
     StatusChanges,
     Until,
+    apoll_ticks,
     in_thread,
     poll_ticks,
     shared_poller,
     wait_states,
 )
-from kinetic_core.records import decide, try_write_record
+from kinetic_core.ports import PortForward, parse_ports
+from kinetic_core.records import decide, read_outcome, try_write_record
 from kinetic_core.states import JobState, JobStatus
 from kinetic_core.status import backend_for, resolve_states
 from kinetic_core.storage import Storage, open_storage
+from kinetic_core.usage import Usage, job_usage
 
 __all__ = ["JobHandle", "attach", "load_handle"]
 
@@ -370,6 +377,35 @@ class JobHandle:
             worker=worker,
         )
 
+    # ---- reach ----------------------------------------------------------------------------
+    def port_forward(self, *ports: str | int, worker: int = 0) -> PortForward:
+        """Forward local ports to the job's ports while it runs, as ``kubectl port-forward``
+        (TensorBoard, a profiler): ``"16006:6006"``, ``6006`` (same both sides), ``":6006"``
+        (any free local port). A context manager; ``local_port(remote)`` says where to
+        connect. ``worker``: which worker of a multi-host job. A backend whose jobs run on
+        this machine opens nothing: ``already_local`` is True, ``note`` says where. The
+        job must be RUNNING (JobNotRunning otherwise)."""
+        specs = parse_ports(ports)
+        check_worker(self.job_id, worker, self.workers)
+        state = self.state()
+        if state.status is not JobStatus.RUNNING:
+            why = ": ".join(x for x in (state.reason, state.message) if x)
+            raise JobNotRunning(
+                f"job {self.job_id} is {state.status.value}"
+                + (f" ({why})" if why else "")
+                + ": nothing to forward to. "
+                + ("Its ports open once it runs." if not state.terminal else "It has ended.")
+            )
+        forward = getattr(backend_for(self), "port_forward", None)
+        if forward is None:
+            raise ConfigError(
+                f"the {self.target.get('backend')} backend cannot forward ports to a job."
+            )
+        result: PortForward = forward(state.job_id, specs, worker if self.workers > 1 else None)
+        return result
+
+    aport_forward = in_thread(port_forward)
+
     # ---- collect --------------------------------------------------------------------------
     def result(
         self,
@@ -587,6 +623,113 @@ class JobHandle:
 
     acleanup = in_thread(cleanup)
 
+    # ---- signals and telemetry (neuro's send_signal and top) ------------------------------
+    def send_signal(
+        self,
+        sig: int | str | signal.Signals,
+        *,
+        worker: int | None = None,
+        wait: bool = False,
+        timeout: float = signals.ACK_WAIT,
+    ) -> signals.SignalRequest:
+        """Send ``sig`` (``signal.SIGUSR1``, ``"SIGUSR1"``, ``"USR1"``, ``10``) to the job's
+        function process: every worker's, or only ``worker``'s. The runner picks the request
+        up from storage within ``signals.POLL_SECONDS`` and raises it on its main thread,
+        where the function's ``signal.signal`` handler runs (e.g. "checkpoint now").
+
+        Returns once the request is written; ``wait=True`` until every targeted worker
+        acked it (``acks``; WaitTimeout after ``timeout``), or the job ended. SignalRefused
+        for a job that does not run, or a signal that would stop it (SIGTERM: ``cancel()``).
+        """
+        req = self._signal_request(sig, worker)
+        if not wait:
+            return req
+        for _ in poll_ticks(interval=1.0, timeout=timeout, describe=self._signal_waiting(req)):
+            if (acked := self._signal_acked(req)) is not None:
+                return acked
+        raise AssertionError("poll_ticks never ends by itself")  # pragma: no cover
+
+    async def asend_signal(
+        self,
+        sig: int | str | signal.Signals,
+        *,
+        worker: int | None = None,
+        wait: bool = False,
+        timeout: float = signals.ACK_WAIT,
+    ) -> signals.SignalRequest:
+        """Async twin of ``send_signal``."""
+        req = await in_thread(self._signal_request)(sig, worker)
+        if not wait:
+            return req
+        describe = self._signal_waiting(req)
+        async for _ in apoll_ticks(interval=1.0, timeout=timeout, describe=describe):
+            if (acked := await in_thread(self._signal_acked)(req)) is not None:
+                return acked
+        raise AssertionError("apoll_ticks never ends by itself")  # pragma: no cover
+
+    def _signal_request(
+        self, sig: int | str | signal.Signals, worker: int | None
+    ) -> signals.SignalRequest:
+        """Check everything, then write the request (nothing is written when refused)."""
+        name = signals.signal_name(sig)
+        check_worker(self.job_id, worker, self.workers)
+        state = self.state()
+        if state.job_id != self.job_id:  # recovered: signal the attempt that runs now
+            return self.current()._signal_request(name, worker)
+        signals.check_can_signal(self.job_id, state.status.value, name)
+        return signals.request(self._storage(), self.job_id, name, worker, self._key)
+
+    def _signal_acked(self, req: signals.SignalRequest) -> signals.SignalRequest | None:
+        """``req`` with its acks once every targeted worker acked or the job ended, else None."""
+        storage = self._storage()
+        targets = [req.worker] if req.worker is not None else list(range(self.workers))
+        acks = signals.read_acks(storage, req, targets, self._key)
+        if len(acks) == len(targets) or read_outcome(storage, req.job_id) is not None:
+            return dataclasses.replace(req, acks=acks)
+        return None
+
+    def _signal_waiting(self, req: signals.SignalRequest) -> Callable[[], str]:
+        return lambda: (
+            f"job {req.job_id} did not ack {req.signal} (request {req.request_id}); the "
+            f"request stays and is delivered when the runner reads it"
+        )
+
+    def top(self) -> telemetry.JobTop:
+        """The job's telemetry, sampled by its runner every ``telemetry.SAMPLE_SECONDS``:
+        per worker CPU %, resident memory and, where NVML is available, each GPU's
+        utilisation and memory. For an ended job: its last samples, with a ``note``."""
+        state = self.state()
+        handle = self if state.job_id == self.job_id else self.current()
+        return telemetry.read_top(
+            handle._storage(), handle.job_id, handle.workers, state.status.value, handle._key
+        )
+
+    atop = in_thread(top)
+
+    # ---- usage ----------------------------------------------------------------------------
+    def usage(self, *, prices: dict[str, Any] | str | None = None) -> Usage:
+        """What the job used, attempt by attempt across its recoveries: chips, queued and
+        running time, chip-hours split into useful and lost (see ``kinetic_core.usage``).
+        With a price table (``prices``, else the job's target's, else ``KINETIC_PRICES``:
+        a table or a JSON/YAML file path) also the cost. Reads storage only; an ended
+        attempt's figures are recorded once in its ``usage.json``."""
+        return job_usage(self._attempt_handles(), prices)
+
+    ausage = in_thread(usage)
+
+    def _attempt_handles(self) -> list[JobHandle]:
+        """The handles of every attempt of this job, oldest first (an attempt whose handle
+        is unreadable or forged is left out)."""
+        storage, found = self._storage(), []
+        for job_id, _ in self._attempts():
+            try:
+                found.append(
+                    self if job_id == self.job_id else load_handle(storage, job_id, self._key)
+                )
+            except JobNotFound:
+                continue
+        return found
+
 
 def _check_result_args(timeout: Any, on_status_change: Any, cleanup_timeout: Any) -> None:
     """ConfigError, before anything waits, for arguments of ``result`` that cannot work."""
@@ -655,7 +798,10 @@ def load_handle(storage: Storage, job_id: str, signing_key: str | None = None) -
 
 
 def _same_root(a: str, b: str) -> bool:
-    """Two storage URIs name one root (file:// paths compared after resolving links)."""
+    """Two storage URIs name one root (file:// paths compared after resolving links; the
+    same text needs no resolving, which is what listing thousands of handles meets)."""
+    if a == b:
+        return True
     if a.startswith("file://") and b.startswith("file://"):
         return os.path.realpath(a[len("file://") :]) == os.path.realpath(b[len("file://") :])
     return a.rstrip("/") == b.rstrip("/")

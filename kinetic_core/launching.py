@@ -6,7 +6,9 @@ so a crash at any point leaves nothing half-submitted: the envelope streams to a
 file; the create-only ``handle.json`` decides the attempt (the lock: with deterministic
 ids, racing creators of one attempt find exactly one winner); the backend launches it
 (idempotent per job id); ``launched.json`` records that the backend took it, so a job the
-backend later does not know was deleted rather than still being submitted.
+backend later does not know was deleted rather than still being submitted. The job's
+index entry (``job_index.note_created``) is written just before ``handle.json``, so every
+job that exists is listed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import IO
 
-from kinetic_core import layout
+from kinetic_core import job_index, layout
 from kinetic_core.backends import Backend, LaunchSpec, get_backend
 from kinetic_core.config import Target
 from kinetic_core.errors import BackendError, KineticError, SubmissionError
@@ -101,6 +103,7 @@ def create_attempt(
                     write_payload(fh)
                     if submitting:  # after storage proved writable, before the handle
                         marked.enter_context(submitting(job_id))
+                    job_index.note_created(storage, record)  # indexed before it exists
                     storage.write_bytes(
                         layout.job_file(job_id, layout.HANDLE), record, create_only=True
                     )
@@ -108,6 +111,8 @@ def create_attempt(
             else:
                 if submitting:
                     marked.enter_context(submitting(job_id))
+                if not storage.exists(layout.job_file(job_id, layout.HANDLE)):
+                    job_index.note_created(storage, record)  # indexed before it exists
                 with contextlib.suppress(FileExistsError):  # a racing launcher made it
                     storage.write_bytes(
                         layout.job_file(job_id, layout.HANDLE), record, create_only=True
@@ -119,6 +124,7 @@ def create_attempt(
                 raise AttemptTaken(job_id) from None
             if created and not may_have_launched(exc):  # leave nothing half-submitted
                 storage.delete_prefix(layout.job_dir(job_id))
+                job_index.forget_created(storage, record)
             if isinstance(exc, KineticError) or not isinstance(exc, Exception):
                 raise
             raise SubmissionError(

@@ -15,6 +15,10 @@ jobs/{job_id}/logs/{worker}/{seq:08d}.log  its bytes in chunks of exactly the ch
                                  last one shorter, rewritten as it grows); worker: worker-0, ...
 jobs/{job_id}/history/{status}-{reason}.json  one create-only record per observed transition
 jobs/{job_id}/superseded.json    create-only: the attempt that recovered this one
+jobs/{job_id}/signals/{request}.json      create-only: a signal asked for (signals.py)
+jobs/{job_id}/signal-acks/{request}-worker-{k}.json  worker k delivered it (or said why not)
+jobs/{job_id}/telemetry/worker-{k}.json   worker k's latest telemetry sample (telemetry.py)
+jobs/{job_id}/usage.json         create-only: what the ended attempt used (usage.py)
 keys/{sha256(key)}.json          idempotency index: key -> attempts (a hint; ids are probed)
 batches/{group_id}/manifest.json          batch header, create-only
 batches/{group_id}/children/{i}.json      one record per child
@@ -24,6 +28,11 @@ outputs/{job_id}/                the function's own files (KINETIC_OUTPUT_DIR, s
 data/blobs/{sha256}              one file's bytes, content-addressed (create-only)
 data/{digest}.json               a Data's manifest {path: sha256}, written last: it is complete
 data/{digest}/                   file:// only: the Data laid out as hard links to its blobs
+index/complete.json              every job under jobs/ has an index entry (see job_index.py)
+index/jobs/{yyyy}/{mmdd}/{hh}/{inv_ms}-{job_id}[.batch={group}].json   one create-only entry
+                                 per job, written before its handle.json (UTC hour of creation;
+                                 inv_ms = 9999999999999 - created_at in ms: newest sorts first)
+index/jobs/{yyyy}/{mmdd}/{hh}/{inv_ms}-{job_id}.end={status}.json      create-only: how it ended
 ```
 
 Only this module spells these paths; everything else asks it. Callers validate ids first.
@@ -32,6 +41,7 @@ Only this module spells these paths; everything else asks it. Callers validate i
 from __future__ import annotations
 
 import os
+import time
 
 from kinetic_core.ids import ID_PATTERN, key_digest
 
@@ -40,6 +50,10 @@ BATCHES = "batches"
 KEYS = "keys"
 OUTPUTS = "outputs"
 DATA = "data"
+INDEX = "index"
+INDEX_JOBS = "index/jobs"
+#: Written once every job under ``jobs/`` has an index entry (a new store, or a reindex).
+INDEX_COMPLETE = "index/complete.json"
 
 # Files of one job.
 HANDLE = "handle.json"
@@ -53,9 +67,13 @@ COLLECTED = "collected.json"
 LAUNCHED = "launched.json"  # the backend accepted the job (a later "not found" means deleted)
 LOG = "output.log"
 SUPERSEDED = "superseded.json"
+USAGE = "usage.json"
 HISTORY = "history"
 LOGS = "logs"
 LOG_STREAM = "stream.json"
+SIGNALS = "signals"
+SIGNAL_ACKS = "signal-acks"
+TELEMETRY = "telemetry"
 # What cleanup(storage=True) deletes: the envelopes. The records stay as a tombstone.
 ENVELOPES = (PAYLOAD, RESULT)
 
@@ -167,3 +185,38 @@ def launches(group_id: str) -> str:
 
 def launch_ticket(group_id: str, seq: int) -> str:
     return f"{BATCHES}/{group_id}/launches/{seq}.json"
+
+
+def signals_dir(job_id: str) -> str:
+    return f"{JOBS}/{job_id}/{SIGNALS}"
+
+
+def signal_request(job_id: str, request_id: str) -> str:
+    """``jobs/{job_id}/signals/{request_id}.json``; ``request_id`` is checked by the caller."""
+    return f"{JOBS}/{job_id}/{SIGNALS}/{request_id}.json"
+
+
+def signal_ack(job_id: str, request_id: str, worker: int) -> str:
+    return f"{JOBS}/{job_id}/{SIGNAL_ACKS}/{request_id}-worker-{int(worker)}.json"
+
+
+def telemetry_record(job_id: str, worker: int = 0) -> str:
+    """``jobs/{job_id}/telemetry/worker-{k}.json``: overwritten with each new sample."""
+    return f"{JOBS}/{job_id}/{TELEMETRY}/worker-{int(worker)}.json"
+
+
+#: Index entry names count milliseconds down from this, so the newest sorts first.
+INDEX_MS_MAX = 9_999_999_999_999
+
+
+def index_bucket(created_at: float) -> str:
+    """``index/jobs/{yyyy}/{mmdd}/{hh}``: the UTC hour a job was created in."""
+    t = time.gmtime(created_at)
+    return f"{INDEX_JOBS}/{t.tm_year:04d}/{t.tm_mon:02d}{t.tm_mday:02d}/{t.tm_hour:02d}"
+
+
+def index_entry(created_at: float, job_id: str, suffix: str = "") -> str:
+    """One index entry of ``job_id`` in its hour bucket; ``suffix`` (``.batch=g``,
+    ``.end=succeeded``) is made of ``[a-z0-9=.-]`` only."""
+    inverted = INDEX_MS_MAX - int(created_at * 1000)
+    return f"{index_bucket(created_at)}/{inverted:013d}-{job_id}{suffix}.json"

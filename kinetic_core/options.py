@@ -142,6 +142,12 @@ _DESCRIBED: dict[str, tuple[str, Any]] = {
         "Max seconds a queued job may wait for Kueue's admission (not counted in life_span).",
         86400.0,
     ),
+    "prices": (
+        "Price table for Usage.cost: accelerator (or family: tpu-v5e) -> price per chip-hour "
+        '{"on_demand": .., "spot": ..}, optional "currency"; or a JSON/YAML file path. '
+        "Your own prices: kinetic ships none (the example figures are made up).",
+        {"tpu-v5e": {"on_demand": 1.2, "spot": 0.5}, "currency": "USD"},
+    ),
     "signing_key": ("HMAC key that signs payloads and results (keep it secret).", "s3cret"),
 }
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kinetic_core import layout
+from kinetic_core import job_index, layout
 from kinetic_core.errors import StorageError
 from kinetic_core.payload import read_summary
 from kinetic_core.storage import Storage
@@ -100,7 +100,8 @@ def decide(
     **fields: Any,
 ) -> tuple[bool, dict[str, Any] | None]:
     """Try to decide how the job ends (create-only). Returns (True, None) when this call
-    decided, else (False, the outcome in force)."""
+    decided, else (False, the outcome in force). The decider also indexes the end
+    (``job_index.note_end``, best effort: a lister repairs a missing one)."""
     won = write_record(
         storage,
         job_id,
@@ -112,6 +113,8 @@ def decide(
         by=by,
         **fields,
     )
+    if won:
+        job_index.note_end(storage, job_id, None, status)
     return (True, None) if won else (False, read_outcome(storage, job_id))
 
 

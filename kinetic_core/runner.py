@@ -23,6 +23,7 @@ import sys
 import traceback
 from typing import Any
 
+import kinetic_core.sidecar as sidecar  # send_signal() and top()
 from kinetic_core import bootstrap, layout, log_capture, notice, outputs, versions, workers
 from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.ids import validate_id
@@ -97,6 +98,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
         args, kwargs = _arrive(call, storage, job_id, me.index)
         phase = "run"
         notice.install()  # SIGTERM (preemption, cancel, deadline): checkpoint, then stop
+        sidecar.start(storage, job_id, me.index, signing_key)  # send_signal() and top()
         value = call["fn"](*args, **kwargs)
         if hasattr(value, "__await__"):  # an async function: asyncio only imported here
             import asyncio
@@ -118,6 +120,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
         if me.count > 1:
             body["worker"] = me.index
             body["exc_message"] = f"worker {me.index}: {body['exc_message']}"
+    sidecar.stop()  # no signal handler runs while the outcome is written
     held = not body["success"] and _debug_note(storage, job_id, handle, body, me.index)
     # in storage before the state can read terminal (a held job keeps its local folder)
     outputs.finish(storage_uri, job_id, me.index, keep=held)
@@ -337,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     finally:
+        sidecar.stop()  # a no-op once stopped; the early returns above end here
         log_capture.stop()  # every end: the rest of the output reaches storage
 
 

@@ -75,6 +75,9 @@ class Backend(Protocol):
     - ``check_cancel(job_id) -> None``: raise (``PermissionDenied``...) when ``cancel``
       would be refused, without stopping anything; ``JobHandle.cancel`` records a cancel
       only after this passed.
+    - ``port_forward(job_id, ports, worker) -> PortForward``: local ports to the running
+      job's ports (``kinetic_core.ports``); without it ``JobHandle.port_forward`` is a
+      ConfigError naming the backend.
     """
 
     name: str

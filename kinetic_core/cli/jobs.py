@@ -1,7 +1,9 @@
-"""``kinetic jobs list|status|history|logs|result|cancel|cleanup``."""
+"""``kinetic jobs list|status|history|logs|result|cancel|cleanup|signal|top``."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any
 
 import click
@@ -23,7 +25,9 @@ from kinetic_core.cli.common import (
     listable_root,
     target_of,
 )
+from kinetic_core.polling import poll_ticks
 from kinetic_core.storage import open_storage
+from kinetic_core.usage import combine, per_job
 
 job_id_argument = click.argument("job_id", shell_complete=complete_job_id)
 
@@ -61,6 +65,12 @@ def jobs() -> None:
 )
 @click.option("--until", type=When(), help="Only jobs created at or before WHEN (same forms).")
 @click.option("--reverse", is_flag=True, help="Oldest first.")
+@click.option(
+    "--all",
+    "all_",
+    is_flag=True,
+    help="Every job, batch children and batch drivers too (default: one row per batch).",
+)
 @limit_option
 @json_option
 @click.pass_context
@@ -73,12 +83,16 @@ def list_(
     since: float | None,
     until: float | None,
     reverse: bool,
+    all_: bool,
     limit: int,
     as_json: bool,
 ) -> int:
-    """Jobs, newest first (--reverse: oldest first); --limit counts after filtering."""
+    """Jobs, newest first (--reverse: oldest first); --limit counts after filtering.
+
+    A batch shows as one row with its progress (its children and its driver job are
+    listed with --all); a batch counts once against --limit."""
     root = listable_root(ctx)
-    handles = kc.list_jobs(
+    listed = kc.list_jobs(
         statuses=statuses or None,
         tags=dict(tags),
         name=name,
@@ -88,15 +102,63 @@ def list_(
         reverse=reverse,
         limit=limit,
         target=target_of(ctx),
+        include_batch_children=all_,
     )
+    handles, batches = _split_batches(listed, all_, ctx)
     rows = list(zip(handles, kc.resolve_states(handles) if handles else [], strict=True))
     if as_json:
-        render.emit_json([{**h.to_dict(), "state": s.to_dict()} for h, s in rows])
+        render.emit_json(
+            [{**h.to_dict(), "state": s.to_dict()} for h, s in rows]
+            + [{"batch": summary} for summary in batches]
+        )
     else:
         render.console().print(render.state_table(f"{len(rows)} jobs", rows))
+        if batches:
+            render.console().print(render.batches_table(batches))
     filtered = statuses or tags or name or owner or since is not None or until is not None
-    if not rows and not filtered:
+    if not rows and not batches and not filtered:
         render.hint(empty_hint("jobs", root))
+    return DONE
+
+
+def _split_batches(
+    listed: list[kc.JobHandle], all_: bool, ctx: click.Context
+) -> tuple[list[kc.JobHandle], list[dict[str, Any]]]:
+    """Jobs on their own, and one summary (progress) per batch the page names: a batch
+    member stands for its batch unless ``all_`` (``--all``). A member whose batch record
+    is gone stays a job row."""
+    if all_:
+        return listed, []
+    handles: list[kc.JobHandle] = []
+    batches: list[dict[str, Any]] = []
+    for handle in listed:
+        group = kc.batch_of(handle)
+        summary = None if group is None else _batch_summary(group, ctx)
+        if summary is None:
+            handles.append(handle)
+        else:
+            batches.append(summary)
+    return handles, batches
+
+
+def _batch_summary(group_id: str, ctx: click.Context) -> dict[str, Any] | None:
+    """``batch status --json``'s summary of a batch; None where its records are gone."""
+    try:
+        return render.batch_summary(kc.attach_batch(group_id, target=target_of(ctx)))
+    except kc.JobNotFound:
+        return None
+
+
+@jobs.command()
+@click.pass_context
+def reindex(ctx: click.Context) -> int:
+    """Index every job in storage, so listing reads pages, not every job (once, for a
+    store written by older versions; safe to repeat, also while jobs are submitted)."""
+    report = kc.repair_index(target=target_of(ctx))
+    click.echo(
+        f"{report.jobs} jobs; wrote {report.created} index entries and {report.ended} end "
+        "entries; the index is complete"
+    )
     return DONE
 
 
@@ -248,3 +310,305 @@ def cleanup(ctx: click.Context, job_id: str, outputs: bool) -> int:
     handle.cleanup(outputs=outputs)  # also stops what a debug=True job kept for inspection
     click.echo(f"{handle.job_id}: cleaned up")
     return DONE
+
+
+# ---- signal and top (neuro's send_signal and top) -----------------------------------------
+
+
+@jobs.command("signal")
+@job_id_argument
+@click.argument("sig", metavar="SIGNAL")
+@click.option(
+    "--worker",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Only worker N (default: every worker).",
+)
+@click.option("--wait", is_flag=True, help="Wait until the job's runner delivered it.")
+@click.option("--timeout", type=float, default=30.0, show_default=True, metavar="S")
+@json_option
+@click.pass_context
+def signal_(
+    ctx: click.Context,
+    job_id: str,
+    sig: str,
+    worker: int | None,
+    wait: bool,
+    timeout: float,
+    as_json: bool,
+) -> int:
+    """Send SIGNAL (SIGUSR1, USR1 or 10) to a running job's function process."""
+    handle = kc.attach(job_id, target=target_of(ctx))
+    req = handle.send_signal(sig, worker=worker, wait=wait, timeout=timeout)
+    if as_json:
+        render.emit_json(dataclasses.asdict(req))
+        return DONE
+    to = "every worker" if worker is None else f"worker {worker}"
+    click.echo(f"{req.job_id}: {req.signal} sent to {to} (request {req.request_id})")
+    for ack in req.acks:
+        click.echo(f"  worker {ack.worker}: {ack.note}")
+    if wait and not req.acks:
+        render.hint(f"{req.job_id} ended before its runner read the request")
+    return DONE if not wait or req.delivered else JOB_FAILED
+
+
+@jobs.command()
+@job_id_argument
+@click.option("--watch", is_flag=True, help="Print again every few seconds until the job ends.")
+@click.option("--interval", type=float, default=5.0, show_default=True, metavar="S")
+@json_option
+@click.pass_context
+def top(ctx: click.Context, job_id: str, watch: bool, interval: float, as_json: bool) -> int:
+    """A running job's CPU, memory and GPU use, per worker (sampled by its runner)."""
+    handle = kc.attach(job_id, target=target_of(ctx))
+    shown: tuple[Any, ...] = ()
+    for _ in poll_ticks(interval=interval, timeout=None, describe=lambda: "top"):
+        now = handle.top()
+        seen = (now.status, *(w.at for w in now.workers))
+        if seen == shown:  # the ticks start short: print only what is new
+            continue
+        shown = seen
+        if as_json:
+            render.emit_json(now.to_dict())
+        else:
+            render.console().print(_top_table(now))
+            if now.note:
+                render.hint(f"{now.job_id}: {now.note}")
+        if not watch or kc.JobStatus(now.status).terminal:
+            return DONE
+    return DONE  # pragma: no cover: poll_ticks never ends by itself
+
+
+def _top_table(now: kc.JobTop) -> Any:
+    """One row per worker (and per GPU of that worker)."""
+    from rich.table import Table
+
+    table = Table(title=f"{now.job_id} ({now.status})")
+    for column in ("worker", "sampled", "CPU %", "RSS", "GPU", "GPU util %", "GPU memory"):
+        table.add_column(column)
+    for w in now.workers:
+        cells = [str(w.worker), render.seconds_text(time.time() - w.at) + " ago"]
+        cells += [_num(w.cpu_percent), _bytes(w.rss_bytes)]
+        for i, gpu in enumerate(w.gpus or [None]):
+            gpu_cells = (
+                ["-", "-", "-"]
+                if gpu is None
+                else [
+                    f"{gpu.index} {gpu.name}",
+                    _num(gpu.utilization_percent),
+                    f"{_bytes(gpu.memory_used_bytes)} / {_bytes(gpu.memory_total_bytes)}",
+                ]
+            )
+            table.add_row(*(cells if i == 0 else [""] * 4), *gpu_cells)
+    return table
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"  # pragma: no cover
+
+
+@jobs.command("port-forward")
+@job_id_argument
+@click.argument("ports", nargs=-1, required=True, metavar="[LOCAL]:REMOTE|PORT...")
+@click.option(
+    "--worker",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Forward to worker N of a multi-host job.",
+)
+@click.pass_context
+def port_forward(ctx: click.Context, job_id: str, ports: tuple[str, ...], worker: int) -> int:
+    """Forward local ports to a running job's ports (TensorBoard, a profiler) until Ctrl-C.
+
+    Each port is LOCAL:REMOTE, PORT (the same number on both sides) or :REMOTE (any free
+    local port), as kubectl port-forward takes them; only 127.0.0.1 listens. On Kubernetes
+    through the API server's pod port-forward (RBAC: pods/portforward get, create); a
+    local-backend job's ports are already on localhost (said, exit 0). Exit 1 when the
+    forward stops by itself (the job's pod went away)."""
+    handle = kc.attach(job_id, target=target_of(ctx))
+    forward = handle.port_forward(*ports, worker=worker)
+    if forward.already_local:
+        click.echo(f"{handle.job_id}: {forward.note}")
+        return DONE
+    with forward:
+        for spec in forward.ports:
+            click.echo(f"Forwarding from 127.0.0.1:{spec.local} -> {spec.remote}")
+        render.hint(f"{handle.job_id}: {forward.note}; Ctrl-C stops.")
+        try:
+            forward.wait()
+        except KeyboardInterrupt:
+            return DONE
+    return JOB_FAILED if forward.ended else DONE
+
+
+# ---- usage ----------------------------------------------------------------------------------
+
+
+@jobs.command()
+@click.argument("job_id", required=False, shell_complete=complete_job_id)
+@click.option(
+    "--since",
+    type=When(),
+    help="Jobs created at or after WHEN: 30m, 2h, 7d, 2026-11-25, 2026-11-25T14:30.",
+)
+@click.option("--until", type=When(), help="Jobs created at or before WHEN (same forms).")
+@click.option(
+    "--tag",
+    "tags",
+    type=KeyValue(),
+    multiple=True,
+    shell_complete=complete_tag,
+    help="Only jobs with this tag (repeat: all of them).",
+)
+@click.option("--name", help="Only jobs with this name.")
+@click.option("--owner", help="Only jobs of this owner.")
+@click.option("--by", "by", metavar="TAGKEY", help="Sum per value of this tag (dag_id, team).")
+@click.option(
+    "--prices",
+    metavar="FILE",
+    help="Price table (JSON/YAML file) for the cost; default: each job's, else KINETIC_PRICES.",
+)
+@json_option
+@click.pass_context
+def usage(
+    ctx: click.Context,
+    job_id: str | None,
+    since: float | None,
+    until: float | None,
+    tags: tuple[tuple[str, str], ...],
+    name: str | None,
+    owner: str | None,
+    by: str | None,
+    prices: str | None,
+    as_json: bool,
+) -> int:
+    """Chip-hours, queued time and cost: one job's attempts (ID), or sums over the jobs
+    the filters match, per value of a tag with --by."""
+    if job_id is not None:
+        if since is not None or until is not None or tags or name or owner or by:
+            raise click.UsageError("give a job ID or filters (--since, --tag, --by...), not both")
+        return _job_usage(kc.attach(job_id, target=target_of(ctx)), prices, as_json)
+    listable_root(ctx)
+    handles = kc.list_jobs(
+        tags=dict(tags), name=name, owner=owner, since=since, until=until, target=target_of(ctx)
+    )
+    groups: dict[str | None, list[kc.JobHandle]] = {}
+    for handle in reversed(handles):  # oldest first: a job's first attempt leads its chain
+        groups.setdefault(handle.tags.get(by) if by else "all", []).append(handle)
+    sums = {value: per_job(group, prices) for value, group in sorted(groups.items(), key=_key)}
+    total = combine(u for group_usage in sums.values() for u in group_usage)
+    if as_json:
+        render.emit_json(
+            {
+                "by": by,
+                "groups": [
+                    {"value": v, "jobs": len(u), "usage": _sums(combine(u))}
+                    for v, u in sums.items()
+                ],
+                "total": _sums(total),
+            }
+        )
+        return DONE
+    render.console().print(_groups_table(by, sums))
+    render.console().print(_totals_line(total))
+    return DONE
+
+
+def _key(item: tuple[str | None, Any]) -> tuple[bool, str]:
+    return (item[0] is None, item[0] or "")
+
+
+def _job_usage(handle: kc.JobHandle, prices: str | None, as_json: bool) -> int:
+    found = handle.usage(prices=prices)
+    if as_json:
+        render.emit_json({"job_id": handle.job_id, **found.to_dict()})
+        return DONE
+    table = _table(handle.job_id, ["#", "accelerator", "chips", "queued", "ran", "chip-h"], 1)
+    table.add_column("ended", max_width=22, no_wrap=True, overflow="ellipsis")
+    table.add_column("cost", justify="right", no_wrap=True)
+    for a in found.attempts:
+        ended = a.status + (f" {a.reason}" if a.reason else "") + (" (lost)" if a.lost else "")
+        table.add_row(
+            str(a.attempt),
+            (a.accelerator or "cpu") + (" spot" if a.spot else ""),
+            str(a.chips),
+            render.seconds_text(a.queued_seconds),
+            render.seconds_text(a.running_seconds),
+            f"{a.chip_hours:.2f}",
+            ended,
+            _money(a.cost),
+        )
+    render.console().print(table)
+    render.console().print(_totals_line(found))
+    return DONE
+
+
+def _table(title: str, columns: list[str], wide: int) -> Any:
+    """A compact table that fits 80 columns: no vertical rules, cells never folded (the
+    ``wide`` column, a name, is cut with an ellipsis)."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    for i, col in enumerate(columns):
+        table.add_column(
+            col,
+            justify="left" if i == wide else "right",
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=22 if i == wide else None,
+        )
+    return table
+
+
+def _groups_table(by: str | None, sums: dict[str | None, list[kc.Usage]]) -> Any:
+    columns = [by or "jobs", "jobs", "chip-h", "useful", "lost", "queued", "cost"]
+    table = _table(f"usage by {by}" if by else "usage", columns, 0)
+    for value, jobs_usage in sums.items():
+        u = combine(jobs_usage)
+        table.add_row(
+            "-" if value is None else value,
+            str(len(jobs_usage)),
+            f"{u.chip_hours:.2f}",
+            f"{u.useful_chip_hours:.2f}",
+            f"{u.lost_chip_hours:.2f}",
+            render.seconds_text(u.queued_seconds),
+            _money(u.cost),
+        )
+    return table
+
+
+def _money(cost: float | None) -> str:
+    return "-" if cost is None else f"{cost:.2f}"
+
+
+def _totals_line(u: kc.Usage) -> str:
+    """``total 3.20 chip-h (useful 2.40, lost 0.80), queued 41s, ran 12m 0s, cost 1.92
+    USD``: under 80 columns."""
+    cost = (
+        "" if u.cost is None else f", cost {u.cost:.2f}" + (f" {u.currency}" if u.currency else "")
+    )
+    cpu = "" if any(a.chips for a in u.attempts) else ", CPU only"
+    return (
+        f"total {u.chip_hours:.2f} chip-h (useful {u.useful_chip_hours:.2f}, lost "
+        f"{u.lost_chip_hours:.2f}), queued {render.seconds_text(u.queued_seconds)}, ran "
+        f"{render.seconds_text(u.running_seconds)}{cost}{cpu}"
+    )
+
+
+def _sums(u: kc.Usage) -> dict[str, Any]:
+    """A sum's figures without its attempts (``jobs usage ID --json`` lists those)."""
+    return {k: v for k, v in u.to_dict().items() if k != "attempts"} | {"attempts": len(u.attempts)}

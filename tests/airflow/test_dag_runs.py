@@ -197,7 +197,9 @@ def queued_runs(dag_id: str) -> int:
         return session.query(AssetDagRunQueue).filter_by(target_dag_id=dag_id).count()
 
 
-def test_outlets_get_an_asset_event_with_the_job_and_its_metrics(dagbag: Any) -> None:
+def test_outlets_get_an_asset_event_with_the_job_and_its_metrics(
+    dagbag: Any, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     register(dagbag, "kt_asset", "kt_asset_consumer")
     before = queued_runs("kt_asset_consumer")
     dr, tis = run(dagbag, "kt_asset")
@@ -207,6 +209,18 @@ def test_outlets_get_an_asset_event_with_the_job_and_its_metrics(dagbag: Any) ->
     assert model["job_id"] == job_id and model["attempt"] == 1
     assert model["output_uri"] == "file://" + kc.attach(job_id).output_dir
     assert model["backend"] == "local"
+    # what the job used, as recorded once in storage (a local job: 0 chips)
+    usage = kc.attach(job_id).usage()
+    assert model["usage"] == usage.to_dict()
+    assert [(a["job_id"], a["chips"], a["status"]) for a in model["usage"]["attempts"]] == [
+        (job_id, 0, "SUCCEEDED")
+    ]
+    # the task log says so, after the job's success (stdlib logging on 3.0, printed later)
+    logged = "".join(capfd.readouterr()).splitlines() + [r.getMessage() for r in caplog.records]
+    said = [i for i, line in enumerate(logged) if f"Kinetic job {job_id} usage: 1 attempt" in line]
+    done = [i for i, line in enumerate(logged) if f"Kinetic job {job_id} succeeded" in line]
+    assert said and done and said[-1] > done[-1], logged[-20:]
+    assert "on CPU only (0 chips): 0.00 chip-hours" in logged[said[-1]]
     # numbers only: the checkpoint path and the boolean are not metrics
     assert model["metrics"] == {"r2": 0.93, "loss": 0.05, "epochs": 3}
     [report] = asset_events("kinetic://tests/report", dr.run_id)

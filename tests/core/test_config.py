@@ -81,3 +81,14 @@ def test_life_span_type_checked(value: object) -> None:
         return
     with pytest.raises(kc.ConfigError):
         kc.Target(life_span=value).validate()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_seconds_that_are_not_finite_are_refused(value: float) -> None:
+    """NaN passed ``value <= 0`` (every comparison with NaN is False), and an infinite
+    life_span crashed the Kubernetes manifest later (``math.ceil(inf)``): both refused
+    up front, naming the option."""
+    with pytest.raises(kc.ConfigError, match="life_span must be a positive number"):
+        kc.Target(life_span=value).resolve(environ={})
+    with pytest.raises(kc.ConfigError, match="poll_interval"):
+        kc.positive_seconds(value, "poll_interval")

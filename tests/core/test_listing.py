@@ -136,9 +136,12 @@ def test_status_filter_resolves_only_what_the_other_filters_kept_in_one_call(
         calls.append([h.job_id for h in handles])
         return real(handles)
 
+    jobs.ids()  # a store's first listing scans it and marks its job index complete
     monkeypatch.setattr(listing, "resolve_states", counting)
-    assert jobs.ids(owner="bob", statuses={"FAILED", "SUCCEEDED"}) == [jobs.b.job_id]
-    assert calls == [[jobs.b.job_id]]
+    assert jobs.ids(owner="bob", statuses={"FAILED", "RUNNING"}) == [jobs.b.job_id]
+    assert calls == []  # b's end is in the index (and it was not recovered): nothing resolved
+    assert jobs.ids(statuses={"RUNNING", "SUCCEEDED"}) == [jobs.c.job_id, jobs.a.job_id]
+    assert calls == [[jobs.c.job_id]]  # only the job the index does not know ended
     calls.clear()
     assert jobs.ids(owner="bob") == [jobs.b.job_id]
     assert calls == []  # no status filter: no state resolved

@@ -39,6 +39,15 @@ def test_handle_whose_job_id_does_not_match_its_folder_is_refused(
     broken: list[kc.CorruptRecord] = []
     assert [h.job_id for h in kc.list_jobs(errors=broken)] == [victim.job_id]
     assert [b.job_id for b in broken] == ["job-forged-0001"]
+    # Listed from the job index (the scan above marked it complete), the copied folder has
+    # no entry and is no job; with a forged entry too, its handle is refused all the same.
+    entry = Path(
+        storage_uri[len("file://") :], layout.index_entry(data["created_at"], "job-forged-0001")
+    )
+    entry.write_text("{}")
+    again: list[kc.CorruptRecord] = []
+    assert [h.job_id for h in kc.list_jobs(errors=again)] == [victim.job_id]
+    assert [b.job_id for b in again] == ["job-forged-0001"]
     assert (outputs / "keep.txt").read_text() == "precious"
     assert _handle_path(storage_uri, victim.job_id).exists()
 

@@ -193,6 +193,10 @@ def test_remote_logs_forwarded_incrementally_and_job_artifact() -> None:
     (artifact,) = [a for a in flow_run_artifacts(flow_run_id) if a.type == "markdown"]
     assert job.job_id in artifact.data and "SUCCEEDED" in artifact.data
     assert "State history" in artifact.data and "RUNNING" in artifact.data
+    # what it used: a local job runs on no chips
+    assert (
+        "#### Usage" in artifact.data and "usage: 1 attempt on CPU only (0 chips)" in artifact.data
+    )
 
 
 def test_fifty_concurrent_tasks_share_one_poll_per_interval() -> None:
@@ -238,5 +242,14 @@ def test_a_lost_job_recovers_with_one_success_and_no_retry_consumed(tmp_path: Pa
     ]
     assert "| recoveries | 1 (recovered 1x" in artifact.data
     assert "| 1 | FAILED |" in artifact.data and "Lost" in artifact.data
+    # the usage table: the lost attempt marked lost, its successor not
+    rows = [r for r in artifact.data.splitlines() if r.startswith(("| 1 | CPU", "| 2 | CPU"))]
+    assert [r.startswith(f"| {n} | CPU only | 0 | 1 |") for n, r in enumerate(rows, 1)] == [
+        True,
+        True,
+    ], rows
+    assert rows[0].endswith("| 0.00 | FAILED (Lost) | yes |  |"), rows
+    assert rows[1].endswith("| 0.00 | SUCCEEDED |  |  |"), rows
+    assert "usage: 2 attempts on CPU only (0 chips)" in artifact.data
     logs = "\n".join(flow_run_logs(state.state_details.flow_run_id))
     assert "recovered 1x" in logs

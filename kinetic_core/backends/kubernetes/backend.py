@@ -27,10 +27,12 @@ from kinetic_core.backends.kubernetes.manifest import (
 )
 from kinetic_core.backends.kubernetes.pod_logs import POD_LINES, JobLog
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
+from kinetic_core.backends.kubernetes.port_forward import port_forward
 from kinetic_core.backends.kubernetes.slice_states import jobset_state
 from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
 from kinetic_core.config import DEFAULT_LOST_GRACE, DEFAULT_STORAGE, Target
 from kinetic_core.errors import BackendError, ConfigError, PermissionDenied, SubmissionError
+from kinetic_core.ports import PortForward, PortSpec
 from kinetic_core.storage import open_storage
 
 log = logging.getLogger(__name__)
@@ -320,21 +322,30 @@ class KubernetesBackend:
         time.sleep(timeout)
 
     # ---- logs ---------------------------------------------------------------------------
-    def _job_log(self, job_id: str, worker: int | None = None) -> JobLog:
-        """The job's (worker's) log: its pod while that exists, then what its runner kept
-        in storage. ``worker`` of a multi-host job: the pod of that JobSet index."""
+    def job_pods(self, job_id: str, worker: int | None = None) -> list[dict[str, Any]]:
+        """The job's pods; ``worker`` of a multi-host job: the pods of that JobSet index."""
         selector = f"kinetic/job-id={job_id}"
         if worker is not None:
             selector += f",{WORKER_INDEX_LABEL}={int(worker)}"
+        pods = self.client.call("GET", self.client.ns("pods"), query={"labelSelector": selector})
+        return list(pods["items"])
+
+    def _job_log(self, job_id: str, worker: int | None = None) -> JobLog:
+        """The job's (worker's) log: its pod while that exists, then what its runner kept
+        in storage. ``worker`` of a multi-host job: the pod of that JobSet index."""
         return JobLog(
             open_storage(self.storage_uri),
             job_id,
-            pods=lambda: self.client.call(
-                "GET", self.client.ns("pods"), query={"labelSelector": selector}
-            )["items"],
+            pods=lambda: self.job_pods(job_id, worker),
             pod_log=self._pod_log,
             worker=worker or 0,
         )
+
+    def port_forward(
+        self, job_id: str, ports: list[PortSpec], worker: int | None = None
+    ) -> PortForward:
+        """Forward local ports to the job's running pod (``port_forward.py``)."""
+        return port_forward(self.client, job_id, self.job_pods(job_id, worker), ports, worker)
 
     def _pod_log(self, pod: str, **query: Any) -> str | None:
         """The kinetic container's log (a pod may hold sidecars); None when the pod is gone

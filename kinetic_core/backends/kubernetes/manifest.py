@@ -29,7 +29,7 @@ from kinetic_core.backends.kubernetes.pod_spec import (
     pod_env,
     pod_spec_options,
 )
-from kinetic_core.debugging import CONTAINER, DEBUG_HOLD, POD_NAME, POD_NAMESPACE
+from kinetic_core.config import DEBUG_HOLD, DEBUG_POD_ENV
 from kinetic_core.envvars import literal_env
 
 TTL_AFTER_FINISHED = 24 * 3600
@@ -165,10 +165,11 @@ def job_spec(spec: LaunchSpec, template: dict[str, Any]) -> dict[str, Any]:
 def debug_env() -> list[dict[str, Any]]:
     """What the runner of a ``debug=True`` job reports for ``kubectl exec`` (debugging.py):
     its pod's name and namespace (downward API) and its container."""
+    pod, namespace, container = DEBUG_POD_ENV
     return [
-        {"name": POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": POD_NAMESPACE, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        {"name": CONTAINER, "value": KINETIC_CONTAINER},
+        {"name": pod, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": namespace, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": container, "value": KINETIC_CONTAINER},
     ]
 
 

@@ -34,10 +34,10 @@ import kinetic_core.backends.local.launch_record as launch_record
 import kinetic_core.backends.local.zygote as zygote
 from kinetic_core import layout, signing
 from kinetic_core.backends import BackendState, LaunchSpec
-from kinetic_core.config import Target
-from kinetic_core.debugging import DEBUG_HOLD
+from kinetic_core.config import DEBUG_HOLD, Target
 from kinetic_core.errors import SubmissionError
 from kinetic_core.ids import validate_id
+from kinetic_core.ports import PortForward, PortSpec, already_local
 from kinetic_core.procs import group_members, process_alive, start_ticks, stdout_of, wait_exit
 from kinetic_core.storage import open_storage
 
@@ -156,6 +156,12 @@ class LocalBackend:
 
     def _dir(self, job_id: str) -> Path:
         return self.local_dir / validate_id(job_id)
+
+    def port_forward(
+        self, job_id: str, ports: list[PortSpec], worker: int | None = None
+    ) -> PortForward:
+        """Nothing to open: the job's processes run on this machine, their ports are local."""
+        return already_local(ports, f"local backend, job {job_id}")
 
     # ---- launch -------------------------------------------------------------------------
     @contextlib.contextmanager

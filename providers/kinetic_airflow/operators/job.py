@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import kinetic_core as kc
-from kinetic_airflow.assets import annotate_outlets
+from kinetic_airflow.assets import annotate_outlets, usage_line
 from kinetic_airflow.compat import AirflowException, AirflowFailException
 from kinetic_airflow.deferral import defer_to_trigger
 from kinetic_airflow.failures import KineticJobError
@@ -168,12 +168,14 @@ class KineticOperator(KineticBaseOperator):
             except Exception as exc:
                 message = kc.describe_failure(handle, exc)
                 self.log.error("%s", message)
+                self.log.info("%s", usage_line(handle))
                 raise KineticJobError(message) from exc
         self.log.info("Kinetic job %s succeeded", handle.job_id)
         store_set(state_store(context), STORE_DELIVERED, handle.job_id)
         annotate_outlets(
             context, self.outlets, handle, None if self.result == "reference" else value
         )
+        self.log.info("%s", usage_line(handle))  # the task log's last line: what it used
         return value
 
     # ---- lineage ----------------------------------------------------------------------

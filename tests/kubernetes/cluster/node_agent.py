@@ -22,7 +22,10 @@ kubelet's part of the contract with the API server closely enough for batch/v1 J
   node's pods, the Node object deleted, its pods garbage-collected as the pod GC does
   (see ``delete_node``);
 * serves ``/containerLogs/{ns}/{pod}/{container}`` over HTTPS, so ``read_namespaced_pod_log``
-  works through the API server (follow, tailLines, timestamps, sinceSeconds, limitBytes).
+  works through the API server (follow, tailLines, timestamps, sinceSeconds, limitBytes);
+* serves the kubelet's websocket port-forward, ``/portForward/{ns}/{pod}?port=P``, which the
+  API server's ``pods/portforward`` proxies to (``PortForwardStream``): each port a TCP
+  connection to 127.0.0.1:P, since pods share this host's network (see README.md).
 
 API access is plain REST over urllib3 (kubeconfig loaded with the kubernetes client): the
 generated client's PATCH defaults to JSON-patch and its typed models would reformat the
@@ -38,12 +41,15 @@ import argparse
 import base64
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import logging
 import os
 import re
+import selectors
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -1258,6 +1264,9 @@ class LogHandler(BaseHTTPRequestHandler):
     """Serves GET /containerLogs/{namespace}/{pod}/{container} like the kubelet."""
 
     agent: Agent
+    # Unbuffered reads: after a websocket upgrade the frames are read from the socket
+    # itself, so no byte may wait in a reader's buffer (headers are read byte by byte).
+    rbufsize = 0
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("kubelet http: " + format, *args)
@@ -1277,6 +1286,8 @@ class LogHandler(BaseHTTPRequestHandler):
             return self._error(200, "ok")
         if len(parts) == 2 and parts[0] == "kinetic":
             return self._control(parts[1], {k: v[-1] for k, v in parse_qs(url.query).items()})
+        if len(parts) in (3, 4) and parts[0] == "portForward":  # .../{pod}[/{uid}]
+            return self._port_forward(parts[1], parts[2], parse_qs(url.query).get("port", []))
         if len(parts) != 4 or parts[0] != "containerLogs":
             return self._error(404, f"not found: {url.path}")
         _, namespace, pod, container = parts
@@ -1292,6 +1303,36 @@ class LogHandler(BaseHTTPRequestHandler):
         self.end_headers()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError, ssl.SSLError):
             self._stream(run, query)
+
+    def _port_forward(self, namespace: str, pod: str, ports: list[str]) -> None:
+        """The kubelet's websocket port-forward (``server/portforward/websocket.go``): check
+        the pod and ports, answer the upgrade with the first offered subprotocol we speak,
+        then relay (``PortForwardStream``)."""
+        run = self.agent.by_name.get((namespace, pod))
+        if run is None:
+            return self._error(404, f"pod {namespace}/{pod} not found")
+        numbers = [int(p) for p in ports if p.isdigit() and 0 < int(p) < 65536]
+        if not ports or len(numbers) != len(ports):
+            return self._error(400, f"invalid or missing port parameter(s): {ports}")
+        if self.headers.get("Upgrade", "").lower() != "websocket":
+            return self._error(400, "only websocket port-forward is served (not SPDY)")
+        offered = [p.strip() for p in self.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+        protocol = next((p for p in offered if p in PORT_FORWARD_PROTOCOLS), None)
+        if protocol is None:
+            return self._error(400, f"none of the subprotocols {offered} is served")
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1((key + WEBSOCKET_GUID).encode()).digest())
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept.decode())
+        if protocol:
+            self.send_header("Sec-WebSocket-Protocol", protocol)
+        self.end_headers()
+        self.close_connection = True
+        log.info("port-forward to pod %s/%s ports %s (%s)", namespace, pod, numbers, protocol)
+        with contextlib.suppress(OSError, ssl.SSLError):
+            PortForwardStream(self.connection, numbers, run.uid).run()
 
     def _control(self, action: str, params: dict[str, str]) -> None:
         """Test-only fault injection on 127.0.0.1 (see CONTROL_ACTIONS)."""
@@ -1356,6 +1397,131 @@ class LogHandler(BaseHTTPRequestHandler):
                     return
                 else:
                     time.sleep(0.05)
+
+
+# ---- kubelet HTTPS endpoint: port-forward (websocket) -------------------------------------
+
+WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455, section 1.3
+# The kubelet's binary port-forward subprotocols ("" when the client names none); the
+# base64 variant (v4.base64.channel.k8s.io) is not served.
+PORT_FORWARD_PROTOCOLS = ("v4.channel.k8s.io", "")
+BINARY, CLOSE, PING, PONG = 0x2, 0x8, 0x9, 0xA
+
+
+class PortForwardStream:
+    """One port-forward websocket after the upgrade, as the kubelet speaks it: port i has
+    data channel 2i and error channel 2i+1; the first frame on each carries the port
+    (2 bytes, little-endian); each frame's first byte is its channel. Each port is a TCP
+    connection to 127.0.0.1:port (pods share this host's network); a port nobody listens
+    on gets the kubelet's kind of message on its error channel. The websocket closes once
+    every port's connection has ended (or at the client's close frame).
+
+    One thread, readiness from a selector and the TLS layer's ``pending()`` (bytes already
+    decrypted): an SSL socket must not be read and written from two threads at once."""
+
+    def __init__(self, sock: Any, ports: list[int], uid: str) -> None:
+        self.sock = sock
+        self.ports = ports
+        self.uid = uid
+        self.inbuf = b""
+        self.conns: dict[int, Any] = {}  # port index -> its TCP connection
+
+    def send(self, opcode: int, payload: bytes) -> None:
+        """One unmasked, final frame (a server's frames are never masked)."""
+        size = len(payload)
+        if size < 126:
+            head = bytes([0x80 | opcode, size])
+        elif size < 1 << 16:
+            head = bytes([0x80 | opcode, 126]) + size.to_bytes(2, "big")
+        else:
+            head = bytes([0x80 | opcode, 127]) + size.to_bytes(8, "big")
+        self.sock.sendall(head + payload)
+
+    def _open(self) -> None:
+        for i, port in enumerate(self.ports):
+            number = port.to_bytes(2, "little")
+            self.send(BINARY, bytes([2 * i]) + number)
+            self.send(BINARY, bytes([2 * i + 1]) + number)
+            try:
+                self.conns[i] = socket.create_connection((NODE_IP, port), timeout=5)
+                self.conns[i].settimeout(None)
+            except OSError as exc:
+                message = (
+                    f"error forwarding port {port} to pod {self.uid}, uid : failed to connect "
+                    f"to localhost:{port} inside namespace: {exc}"
+                )
+                self.send(BINARY, bytes([2 * i + 1]) + message.encode())
+
+    def run(self) -> None:
+        try:
+            self._open()
+            with selectors.DefaultSelector() as sel:
+                sel.register(self.sock, selectors.EVENT_READ)
+                for i, conn in self.conns.items():
+                    sel.register(conn, selectors.EVENT_READ, i)
+                while self.conns:
+                    ready = [] if self.sock.pending() else sel.select()
+                    from_client = any(k.fileobj is self.sock for k, _ in ready)
+                    if (from_client or self.sock.pending()) and not self._from_client():
+                        return
+                    for key, _ in ready:
+                        if key.fileobj is not self.sock:
+                            self._from_pod(sel, key.data)
+            self.send(CLOSE, (1000).to_bytes(2, "big"))
+        finally:
+            for conn in self.conns.values():
+                conn.close()
+
+    def _from_pod(self, sel: selectors.BaseSelector, index: int) -> None:
+        conn = self.conns[index]
+        data = conn.recv(65536)
+        if data:
+            self.send(BINARY, bytes([2 * index]) + data)
+            return
+        sel.unregister(conn)
+        conn.close()
+        del self.conns[index]
+
+    def _from_client(self) -> bool:
+        """Read what the client sent and act on each whole frame; False once it closed."""
+        data = self.sock.recv(65536)
+        if not data:
+            return False
+        self.inbuf += data
+        while (frame := self._frame()) is not None:
+            opcode, payload = frame
+            if opcode == CLOSE:
+                self.send(CLOSE, payload[:2])
+                return False
+            if opcode == PING:
+                self.send(PONG, payload)
+            elif opcode == BINARY and payload and payload[0] % 2 == 0:
+                conn = self.conns.get(payload[0] // 2)
+                if conn is not None:
+                    conn.sendall(payload[1:])
+        return True
+
+    def _frame(self) -> tuple[int, bytes] | None:
+        """The next whole (client, masked) frame from the buffer, or None. Fragments are not
+        joined: the kubernetes clients send each message as one frame."""
+        buf = self.inbuf
+        if len(buf) < 2:
+            return None
+        opcode, size, at = buf[0] & 0x0F, buf[1] & 0x7F, 2
+        if size == 126:
+            size, at = int.from_bytes(buf[2:4], "big"), 4
+        elif size == 127:
+            size, at = int.from_bytes(buf[2:10], "big"), 10
+        masked = bool(buf[1] & 0x80)
+        end = at + (4 if masked else 0) + size
+        if len(buf) < end:
+            return None
+        payload = buf[end - size : end]
+        if masked:
+            mask = buf[at : at + 4]
+            payload = bytes(b ^ mask[j % 4] for j, b in enumerate(payload))
+        self.inbuf = buf[end:]
+        return opcode, payload
 
 
 def serve_logs(agent: Agent, port: int, cert: Path, key: Path) -> ThreadingHTTPServer:
