@@ -7,7 +7,8 @@ SYNC := $(UV) sync --frozen --python 3.11 --quiet
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
 .PHONY: demo test uv env env-airflow env-prefect lint docs k8s-binaries \
-        test-core test-kubernetes test-airflow test-prefect test-packaging bench clean
+        test-core test-ui test-kubernetes test-airflow test-prefect test-packaging bench clean \
+        chromium screenshots
 
 ## uv: bootstrap uv from PyPI when it is missing
 uv:
@@ -28,7 +29,7 @@ AIRFLOW_MINORS := 3.0 3.1 3.2
 env-airflow-%: uv
 	$(UV) venv --python 3.11 --quiet --allow-existing .venv-airflow-$*
 	$(UV) pip install --quiet --python .venv-airflow-$*/bin/python \
-	  -e '.[airflow,dev,cli,gcs,kubernetes]' 'apache-airflow==$*.*' \
+	  -e '.[airflow,dev,cli,gcs,kubernetes,ui]' 'apache-airflow==$*.*' \
 	  apache-airflow-providers-openlineage \
 	  --constraint tests/airflow/constraints-$*.txt
 
@@ -43,6 +44,15 @@ env-prefect-%: uv
 	$(UV) pip install --quiet --python .venv-prefect-$*/bin/python \
 	  --override tests/prefect/uv-overrides.txt \
 	  -e '.[prefect,dev,cli,gcs,kubernetes]' 'prefect==$*.*'
+
+## headless Chromium for the browser tests: Debian's package, installed when missing (never a
+## browser that Playwright downloads); Playwright from PyPI goes into the venv that drives it
+## (after that venv's sync, which would remove it), pointed at this chromium
+PLAYWRIGHT := playwright==1.65.2
+playwright = $(UV) pip install --quiet --python $(1)/bin/python '$(PLAYWRIGHT)'
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 ## the real Kubernetes control plane for tests (built once per machine, then cached)
 k8s-binaries:
@@ -59,6 +69,16 @@ docs: env
 test-core: env
 	.venv/bin/pytest tests/core tests/fault $(PYTEST_FLAGS)
 
+## the dashboard in headless Chromium (`kinetic ui` as a real server over real jobs)
+test-ui: env chromium
+	$(call playwright,.venv)
+	.venv/bin/pytest tests/ui $(PYTEST_FLAGS)
+
+## docs/assets/dashboard-*.png, written by the browser test (commit them when they change)
+screenshots: env chromium
+	$(call playwright,.venv)
+	KINETIC_SCREENSHOTS=docs/assets .venv/bin/pytest tests/ui $(PYTEST_FLAGS)
+
 ## the backend contract runs in its own session: it starts its own cluster (as the examples do)
 test-kubernetes: env k8s-binaries
 	.venv/bin/pytest tests/kubernetes $(PYTEST_FLAGS)
@@ -67,15 +87,19 @@ test-kubernetes: env k8s-binaries
 ## the whole Airflow suite on every supported minor: the newest (locked, .venv-airflow) and
 ## each of AIRFLOW_MINORS in its own .venv-airflow-MINOR: the whole suite on the newest (locked)
 ## and the oldest; the middle minors skip the two end-to-end files that exercise kinetic, not
-## Airflow (the Kubernetes example, detached batches), which keeps CI well under its limit
+## Airflow (the Kubernetes example, detached batches), which keeps CI well under its limit.
+## The browser test (the dashboard inside a real `airflow api-server`) runs on the newest only
 AIRFLOW_MIDDLE := 3.1 3.2
 AIRFLOW_MIDDLE_SKIP := --ignore=tests/airflow/test_examples_k8s.py --ignore=tests/airflow/test_batch_detached.py
-test-airflow: env-airflow $(addprefix env-airflow-,$(AIRFLOW_MINORS)) k8s-binaries
+test-airflow: env-airflow $(addprefix env-airflow-,$(AIRFLOW_MINORS)) k8s-binaries chromium
 	.venv-airflow/bin/mypy providers/kinetic_airflow
 	for venv in .venv-airflow $(addprefix .venv-airflow-,$(AIRFLOW_MINORS)); do \
 	  skip=$$(case " $(AIRFLOW_MIDDLE) " in *" $${venv#.venv-airflow-} "*) echo "$(AIRFLOW_MIDDLE_SKIP)";; esac); \
 	  echo "== Airflow $$($$venv/bin/python -c 'import airflow; print(airflow.__version__)') $$skip" && \
-	  $$venv/bin/pytest tests/airflow $(PYTEST_FLAGS) $$skip || exit 1; done
+	  $$venv/bin/pytest tests/airflow --ignore=tests/airflow/browser $(PYTEST_FLAGS) $$skip \
+	  || exit 1; done
+	$(call playwright,.venv-airflow)
+	.venv-airflow/bin/pytest tests/airflow/browser $(PYTEST_FLAGS)
 
 test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-binaries
 	for minor in $(PREFECT_OLDEST) $(PREFECT_NEWEST); do \
@@ -88,7 +112,7 @@ test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-bi
 test-packaging: env
 	.venv/bin/pytest tests/packaging $(PYTEST_FLAGS)
 
-test: lint docs test-core test-kubernetes test-airflow test-prefect test-packaging
+test: lint docs test-core test-ui test-kubernetes test-airflow test-prefect test-packaging
 
 ## the main job on the embedded default: the nightly pipeline in Airflow 3 and in Prefect 3
 demo: env env-airflow env-prefect

@@ -174,10 +174,7 @@ def status(ctx: click.Context, job_id: str, as_json: bool) -> int:
     if as_json:
         render.emit_json({**handle.to_dict(), "state": state.to_dict(), "debug": held})
     else:
-        table = render.state_table(handle.job_id, [(handle, state)], description=False)
-        render.console().print(table)
-        if handle.description:
-            render.console().print(render.description_text(handle))
+        render.console().print(render.job_details(handle, state))
         if state.recoveries:
             render.hint(f"{handle.job_id}: {state.recovery_note}")
         if held:

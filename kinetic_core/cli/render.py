@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 import kinetic_core as kc
 
@@ -44,31 +47,174 @@ def _fmt(dt: datetime | None) -> str:
     return dt.strftime("%Y-%m-%d %H:%M:%S") if dt else "-"
 
 
-def state_table(
-    title: str, rows: list[tuple[kc.JobHandle, kc.JobState]], *, description: bool = True
+@dataclass(frozen=True)
+class Column:
+    """A column of a table that must fit the terminal. ``drop`` orders what goes when the
+    table does not fit (0: never; the highest number goes first); a ``wrap`` column holds
+    free text wrapped at spaces, every other column keeps each cell whole on one line."""
+
+    header: str
+    drop: int = 0
+    wrap: bool = False
+    justify: JustifyMethod = "left"
+
+
+#: A word longer than this in free text is cut with an ellipsis, so one long path or
+#: token cannot force its column out of a narrow terminal.
+WORD = 40
+
+
+def fit_table(
+    title: str, columns: list[Column], rows: list[list[str]], *, width: int | None = None
 ) -> Table:
-    """Jobs with their states; ``owner`` and ``description`` columns when any job has one
-    (the description's first line, shortened; ``jobs status`` prints it whole instead)."""
-    columns = ["name", "status", "reason", "attempt", "created", "finished", "message"]
-    shown = ("owner", "description") if description else ("owner",)
-    extra = [c for c in shown if any(getattr(h, c) for h, _ in rows)]
+    """A table no wider than ``width`` (the terminal's) in which no cell's word is broken:
+    columns are dropped by their ``drop`` order until the rest fit, and each column gets an
+    explicit width (rich would fold words to squeeze a table that is a cell too wide)."""
+    width = width or console().width
+    shown = list(range(len(columns)))
+    widths = _widths([columns[i] for i in shown], rows, shown, width)
+    while widths is None:
+        droppable = [i for i in shown if columns[i].drop]
+        if not droppable:  # a terminal narrower than an id: rich folds what it must
+            widths = [None] * len(shown)
+            break
+        shown.remove(max(droppable, key=lambda i: columns[i].drop))
+        widths = _widths([columns[i] for i in shown], rows, shown, width)
     table = Table(title=title)
-    table.add_column("job id", no_wrap=True)
-    for col in [*columns[:2], *extra, *columns[2:]]:
-        table.add_column(col, overflow="fold")
-    for handle, state in rows:
-        about = {"owner": escape(handle.owner), "description": short(handle.description)}
-        table.add_row(
-            handle.job_id,
-            handle.name,
-            styled(state.status.value),
-            *[about[c] for c in extra],
-            state.reason or "",
-            str(state.attempt),
-            _fmt(state.created_at),
-            _fmt(state.finished_at),
-            (state.message or "")[:120],
+    for i, cells in zip(shown, widths, strict=True):
+        col = columns[i]
+        table.add_column(
+            col.header, justify=col.justify, no_wrap=not col.wrap, width=cells, overflow="fold"
         )
+    for row in rows:
+        table.add_row(*(row[i] for i in shown))
+    return table
+
+
+def _widths(
+    columns: list[Column], rows: list[list[str]], shown: list[int], width: int
+) -> list[int | None] | None:
+    """Each column's width, or None when the columns do not fit ``width`` with every
+    one-line cell whole and every word of free text on one line."""
+    need: list[int] = []
+    full: list[int] = []
+    for col, i in zip(columns, shown, strict=True):
+        texts = [col.header, *(Text.from_markup(row[i]).plain for row in rows)]
+        longest = max(cell_len(line) for t in texts for line in t.splitlines() or [""])
+        words = [cell_len(w) for t in texts for w in t.split()] or [0]
+        need.append(max(words) if col.wrap else longest)
+        full.append(longest)
+    spare = width - sum(need) - 3 * len(columns) - 1  # borders and padding of a rich Table
+    if spare < 0:
+        return None
+    widths: list[int | None] = []
+    for col, least, most in zip(columns, need, full, strict=True):
+        extra = min(spare, most - least) if col.wrap else 0
+        spare -= extra
+        widths.append(least + extra)
+    return widths
+
+
+def words_cut(text: str, word: int = WORD) -> str:
+    """Free text for a wrapping column: every word longer than ``word`` cut with "…"."""
+    return " ".join(w if len(w) <= word else w[: word - 1] + "…" for w in text.split())
+
+
+def ago(dt: datetime | None, now: datetime | None = None) -> str:
+    """``42s ago``, ``20m ago``, ``2h 5m ago``, ``3d 4h ago``: when, for people."""
+    if dt is None:
+        return "-"
+    now = now or datetime.now(dt.tzinfo)
+    seconds = max(0, round((now - dt).total_seconds()))
+    if seconds >= 86400:
+        days, rest = divmod(seconds, 86400)
+        return f"{days}d {rest // 3600}h ago"
+    if seconds >= 3600:
+        return f"{seconds_text(seconds)} ago"
+    return f"{seconds // 60}m ago" if seconds >= 60 else f"{seconds}s ago"
+
+
+def ran(state: kc.JobState) -> str:
+    """How long the job has run (to its end, or to now while it runs)."""
+    if state.started_at is None:
+        return "-"
+    end = state.finished_at or datetime.now(state.started_at.tzinfo)
+    return seconds_text((end - state.started_at).total_seconds())
+
+
+#: ``jobs list``: what an 80-column terminal shows is the id, status, when created, reason
+#: and how long it ran (ids shorter than the longest shows more); wider terminals show more.
+JOB_COLUMNS = [
+    Column("job id"),
+    Column("status"),
+    Column("created", drop=1),
+    Column("reason", drop=2),
+    Column("ran", drop=3, justify="right"),
+    Column("attempt", drop=4, justify="right"),
+    Column("message", drop=5, wrap=True),
+    Column("name", drop=6),
+    Column("owner", drop=7),
+    Column("description", drop=8, wrap=True),
+    Column("finished", drop=9),
+]
+
+
+def state_table(
+    title: str, rows: list[tuple[kc.JobHandle, kc.JobState]], *, width: int | None = None
+) -> Table:
+    """Jobs with their states, as many columns as the terminal holds (JOB_COLUMNS); the
+    ``owner`` and ``description`` columns only when any job has one (the description's
+    first line, shortened)."""
+    unused = {c for c in ("owner", "description") if not any(getattr(h, c) for h, _ in rows)}
+    columns = [c for c in JOB_COLUMNS if c.header not in unused]
+    cells = [
+        {
+            "job id": handle.job_id,
+            "status": styled(state.status.value),
+            "created": ago(state.created_at),
+            "reason": escape(state.reason or ""),
+            "ran": ran(state),
+            "attempt": str(state.attempt),
+            "message": escape(words_cut((state.message or "")[:120])),
+            "name": escape(handle.name),
+            "owner": escape(handle.owner),
+            "description": short(handle.description),  # its words are at most 40 cells
+            "finished": ago(state.finished_at) if state.finished_at else "",
+        }
+        for handle, state in rows
+    ]
+    return fit_table(
+        title, columns, [[c[col.header] for col in columns] for c in cells], width=width
+    )
+
+
+def job_details(handle: kc.JobHandle, state: kc.JobState) -> Table:
+    """``jobs status``: one field a line (fits any terminal; long text wraps at spaces)."""
+    fields = [
+        ("job id", handle.job_id),
+        ("name", escape(handle.name)),
+        (
+            "status",
+            styled(state.status.value) + (f" ({escape(state.reason)})" if state.reason else ""),
+        ),
+        ("attempt", str(state.attempt)),
+        ("owner", escape(handle.owner)),
+        ("created", f"{_fmt(state.created_at)} ({ago(state.created_at)})"),
+        ("ran", ran(state)),
+        (
+            "finished",
+            f"{_fmt(state.finished_at)} ({ago(state.finished_at)})" if state.finished_at else "",
+        ),
+        ("exit code", "" if state.exit_code is None else str(state.exit_code)),
+        ("message", escape(state.message or "")),
+        ("description", escape(handle.description)),
+    ]
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for key, value in fields:
+        if value:
+            table.add_row(key, value)
     return table
 
 
@@ -87,11 +233,6 @@ def short(text: str, width: int = DESCRIPTION_COLUMN) -> str:
     return escape(first)
 
 
-def description_text(handle: kc.JobHandle) -> str:
-    """``jobs status``: the whole description under the table."""
-    return f"[bold]description:[/] {escape(handle.description)}"
-
-
 def seconds_text(seconds: float | None) -> str:
     """``42s``, ``20m 3s``, ``2h 5m``: how long, for people."""
     if seconds is None:
@@ -104,24 +245,37 @@ def seconds_text(seconds: float | None) -> str:
     return f"{minutes}m {secs}s" if minutes else f"{secs}s"
 
 
-def history_table(title: str, transitions: list[kc.Transition]) -> Table:
-    table = Table(title=title)
-    for col in ("attempt", "status", "reason", "since", "for", "exit", "message"):
-        table.add_column(col, overflow="fold")
-    for t in transitions:
-        table.add_row(
+HISTORY_COLUMNS = [
+    Column("attempt", justify="right"),
+    Column("status"),
+    Column("reason", drop=2),
+    Column("since", drop=1),
+    Column("for", drop=3, justify="right"),
+    Column("exit", drop=4, justify="right"),
+    Column("message", drop=5, wrap=True),
+]
+
+
+def history_table(
+    title: str, transitions: list[kc.Transition], *, width: int | None = None
+) -> Table:
+    rows = [
+        [
             str(t.attempt),
             styled(t.status.value),
-            t.reason or "",
-            _fmt(t.at),
+            escape(t.reason or ""),
+            ago(t.at),
             seconds_text(t.duration) if t.duration is not None else "",
             "" if t.exit_code is None else str(t.exit_code),
-            (t.message or "")[:120],
-        )
-    return table
+            escape(words_cut((t.message or "")[:120])),
+        ]
+        for t in transitions
+    ]
+    return fit_table(title, HISTORY_COLUMNS, rows, width=width)
 
 
 def counts_text(counts: dict[kc.ChildStatus, int]) -> str:
+    """``SUCCEEDED=3, RUNNING=2``: wraps between statuses, never inside one."""
     return ", ".join(f"{styled(s.value)}={n}" for s, n in sorted(counts.items()))
 
 
@@ -137,20 +291,31 @@ def batch_summary(batch: kc.BatchHandle) -> dict[str, Any]:
     }
 
 
-def batches_table(summaries: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"{len(summaries)} batches")
-    for col in ("group id", "name", "total", "counts", "submitted", "cancel"):
-        table.add_column(col)
-    for s in summaries:
-        table.add_row(
+BATCH_COLUMNS = [
+    Column("group id"),
+    Column("total", justify="right"),
+    Column("counts", wrap=True),
+    Column("name", drop=3),
+    Column("submitted", drop=1),
+    Column("cancel", drop=2),
+]
+
+
+def batches_table(summaries: list[dict[str, Any]], *, width: int | None = None) -> Table:
+    """``batch list``: the group id, how many inputs and their counts always; the name
+    and the submission and cancel flags as the terminal's width allows."""
+    rows = [
+        [
             s["group_id"],
-            s["name"],
             str(s["total"]),
             counts_text(s["counts"]),
+            escape(s["name"]),
             "yes" if s["submission_complete"] else "no",
             "yes" if s["cancel_requested"] else "",
-        )
-    return table
+        ]
+        for s in summaries
+    ]
+    return fit_table(f"{len(summaries)} batches", BATCH_COLUMNS, rows, width=width)
 
 
 def status_heading(summary: dict[str, Any]) -> str:
@@ -175,22 +340,31 @@ def status_table(counts: dict[kc.ChildStatus, int]) -> Table:
     return table
 
 
-def failed_children_table(children: list[kc.FailedChild]) -> Table:
-    table = Table(title=f"{len(children)} inputs did not succeed")
-    table.add_column("input", justify="right")
-    table.add_column("job id", no_wrap=True)
-    for col in ("status", "reason", "message"):
-        table.add_column(col, overflow="fold")
+FAILED_CHILD_COLUMNS = [
+    Column("input", justify="right"),
+    Column("job id"),
+    Column("status"),
+    Column("reason", drop=1),
+    Column("message", drop=2, wrap=True),
+]
+
+
+def failed_children_table(children: list[kc.FailedChild], *, width: int | None = None) -> Table:
+    rows = []
     for child in children:
         message = child.state.message if child.state else str(child.error or "")
-        table.add_row(
-            str(child.index),
-            child.job.job_id if child.job else "-",
-            styled(child.status.value),
-            child.reason,
-            (message or "")[:200],
+        rows.append(
+            [
+                str(child.index),
+                child.job.job_id if child.job else "-",
+                styled(child.status.value),
+                escape(child.reason),
+                escape(words_cut((message or "")[:200])),
+            ]
         )
-    return table
+    return fit_table(
+        f"{len(children)} inputs did not succeed", FAILED_CHILD_COLUMNS, rows, width=width
+    )
 
 
 def failed_child_line(child: kc.FailedChild) -> str:

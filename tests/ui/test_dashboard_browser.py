@@ -1,0 +1,104 @@
+"""The dashboard in a real browser: ``kinetic ui`` as a subprocess on 127.0.0.1 over a
+storage root with real local jobs, driven by headless Chromium (tests/browser.py).
+
+With ``KINETIC_SCREENSHOTS=docs/assets`` the test also writes the docs' screenshots
+(``make screenshots``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import kinetic_core as kc
+from tests.browser import browser_page, free_port, screenshot, stop, wait_serving
+from tests.cleanup import kill_leftovers
+from tests.core import batch_helpers, jobfns
+from tests.ui import uifns
+
+ROOT = Path(__file__).resolve().parents[2]
+TICKS = 6
+
+
+@dataclass
+class Dashboard:
+    url: str
+    target: kc.Target
+    done: list[kc.JobHandle]
+    batch: kc.BatchHandle
+
+
+@pytest.fixture
+def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
+    """``kinetic ui`` over a root holding a succeeded job, a failed one and a batch."""
+    root = tmp_path / "store"
+    target = kc.Target(storage=f"file://{root}")
+    log = tmp_path / "ui.log"
+    port = free_port()
+    try:
+        done = [
+            kc.submit(jobfns.add, (2, 3), name="train-resnet", target=target, tags={"team": "ml"}),
+            kc.submit(jobfns.fail, ("learning rate too high",), name="evaluate", target=target),
+        ]
+        batch = kc.submit_map(batch_helpers.square_or_fail, [1, 7, 3], name="sweep", target=target)
+        for job in done:
+            job.wait(timeout=60)
+        batch.wait(timeout=120)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        argv = [sys.executable, "-m", "kinetic_core.cli", "--storage", target.storage or ""]
+        argv += ["ui", "--host", "127.0.0.1", "--port", str(port)]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env, start_new_session=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_serving(f"{url}/", proc, log, timeout=120)
+            yield Dashboard(url, target, done, batch)
+        finally:
+            stop(proc)
+    finally:
+        kill_leftovers(root)
+
+
+def test_jobs_page_and_a_running_jobs_live_logs(dashboard: Dashboard, tmp_path: Path) -> None:
+    gate = tmp_path / "go"
+    running = kc.submit(
+        uifns.gated_ticks, (str(gate), TICKS, 0.4), name="fine-tune", target=dashboard.target
+    )
+    with browser_page() as page:
+        page.goto(f"{dashboard.url}/")
+        rows = page.locator("#jobs-table tr[data-job-id]")
+        for job in [*dashboard.done, running]:
+            rows.and_(page.locator(f'[data-job-id="{job.job_id}"]')).wait_for()
+        ids = rows.evaluate_all("rows => rows.map(r => r.dataset.jobId)")
+        assert {j.job_id for j in [*dashboard.done, running]} <= set(ids)
+        screenshot(page, "jobs")
+
+        page.click(f'#jobs-table tr[data-job-id="{running.job_id}"] a')
+        page.wait_for_url(f"**/jobs/{running.job_id}")
+        page.locator('#job-state[data-status="RUNNING"]').wait_for()
+        page.locator("#logs", has_text="tick 0").wait_for()
+        gate.write_text("go")  # the page is open on the running job: let it print the rest
+        page.locator('#job-state[data-status="SUCCEEDED"]').wait_for()
+        page.locator("#logs", has_text=f"tick {TICKS - 1}").wait_for()
+        logs = page.inner_text("#logs").split()
+        assert [w for w in logs if w.isdigit()] == [str(i) for i in range(TICKS)]
+        assert page.locator("#timeline > *").count() > 0  # the timeline is drawn
+        screenshot(page, "job")
+
+        page.goto(f"{dashboard.url}/batches/{dashboard.batch.group_id}")
+        page.locator("#batch-progress").wait_for()
+        screenshot(page, "batch")
+
+        page.goto(f"{dashboard.url}/usage")
+        # the usage chart is drawn: bars where jobs record usage (JobHandle.usage), else
+        # the chart's "no usage recorded" note
+        drawn = "#usage-chart rect.bar" if hasattr(kc.JobHandle, "usage") else "#usage-chart > *"
+        page.locator(drawn).first.wait_for(state="attached")  # a bar of 0 chip-hours is flat
+        assert page.locator(drawn).count() > 0
+        screenshot(page, "usage")
+    assert running.result(timeout=30) == TICKS
