@@ -157,7 +157,7 @@
     }
     max = max || 1;
     var slot = Math.min(80, (width - 50) / rows.length);
-    var plotH = height - 40;
+    var plotH = height - 56;  // below it: the day labels, then the legend, unclipped
     rows.forEach(function (r, i) {
       var y = plotH + 10;
       keys.forEach(function (k) {
@@ -171,15 +171,15 @@
         rect.appendChild(svgEl("title", {}, r[labelKey] + ": " + k[0].replace(/_/g, " ") + " " + (r[k[0]] || 0).toFixed(3)));
         svg.appendChild(rect);
       });
-      svg.appendChild(svgEl("text", { x: (45 + i * slot + slot / 2).toFixed(1), y: height - 12,
+      svg.appendChild(svgEl("text", { x: (45 + i * slot + slot / 2).toFixed(1), y: plotH + 26,
         "class": "label", "text-anchor": "middle" }, String(r[labelKey]).slice(5)));
     });
     svg.appendChild(svgEl("text", { x: 0, y: 14, "class": "label" }, max.toFixed(2)));
     svg.appendChild(svgEl("text", { x: 0, y: plotH + 10, "class": "label" }, "0"));
     var legend = 45;
     keys.forEach(function (k) {
-      svg.appendChild(svgEl("rect", { x: legend, y: height - 8, width: 8, height: 8, fill: k[1] }));
-      svg.appendChild(svgEl("text", { x: legend + 12, y: height, "class": "label" }, k[0].replace(/_/g, " ")));
+      svg.appendChild(svgEl("rect", { x: legend, y: height - 15, width: 8, height: 8, fill: k[1] }));
+      svg.appendChild(svgEl("text", { x: legend + 12, y: height - 7, "class": "label" }, k[0].replace(/_/g, " ")));
       legend += 150;
     });
   }
