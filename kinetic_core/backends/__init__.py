@@ -78,6 +78,10 @@ class Backend(Protocol):
     - ``port_forward(job_id, ports, worker) -> PortForward``: local ports to the running
       job's ports (``kinetic_core.ports``); without it ``JobHandle.port_forward`` is a
       ConfigError naming the backend.
+    - ``log_complete(job_id, worker) -> bool``: no more output will be written to the
+      job's (``worker``'s) log. A log stream at a job's end keeps reading a worker's log
+      until it is (a bounded time): another worker's process may still be writing after
+      the job read SUCCEEDED. Without it, a log is complete once the job is terminal.
     """
 
     name: str

@@ -33,7 +33,7 @@ from typing import Any
 import kinetic_core.backends.local.launch_record as launch_record
 import kinetic_core.backends.local.zygote as zygote
 from kinetic_core import layout, signing
-from kinetic_core.backends import BackendState, LaunchSpec
+from kinetic_core.backends import BackendState, LaunchSpec, running
 from kinetic_core.config import DEBUG_HOLD, Target
 from kinetic_core.errors import SubmissionError
 from kinetic_core.ids import validate_id
@@ -450,6 +450,14 @@ class LocalBackend:
         with self._open_log(job_id) as fh:
             data = _read_chunk(fh, offset)
         return data.decode("utf-8", "replace"), str(offset + len(data))
+
+    def log_complete(self, job_id: str, worker: int | None = None) -> bool:
+        """No process of the job runs any more (the job itself writes its log); a job of
+        another host writes no log here: nothing to wait for."""
+        launch, _ = self._launch_record(job_id)
+        if launch is not None and launch.get("host") != socket.gethostname():
+            return True
+        return not running(self._state(job_id))
 
     def _keep_log(self, job_id: str) -> bool:
         """Copy the log into storage before the local one is deleted; False if it cannot be."""
