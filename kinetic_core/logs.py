@@ -292,7 +292,7 @@ class LogStream:
 
     def _gave_up(self) -> None:
         """``DRAIN_BOUND`` passed: the stream ends without what an incomplete log lacks."""
-        named = ", ".join("its log" if k is None else f"worker {k}'s" for k in self._pending())
+        named = ", ".join("its" if k is None else f"worker {k}'s" for k in self._pending())
         log.warning(
             "kinetic: job %s ended %gs ago and %s log is still not complete; the stream "
             "ends, its lines may be incomplete (read them again with `kinetic jobs logs %s`)",

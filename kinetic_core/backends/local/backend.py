@@ -452,12 +452,20 @@ class LocalBackend:
         return data.decode("utf-8", "replace"), str(offset + len(data))
 
     def log_complete(self, job_id: str, worker: int | None = None) -> bool:
-        """No process of the job runs any more (the job itself writes its log); a job of
+        """No process of the job writes its log any more (the job itself writes it): none
+        runs, or the failed runner is held for debugging (it prints nothing more); a job of
         another host writes no log here: nothing to wait for."""
         launch, _ = self._launch_record(job_id)
         if launch is not None and launch.get("host") != socket.gethostname():
             return True
-        return not running(self._state(job_id))
+        return not running(self._state(job_id)) or self._held(job_id)
+
+    def _held(self, job_id: str) -> bool:
+        if not self.storage_uri:
+            return False
+        from kinetic_core import debugging  # only asked while a process of an ended job runs
+
+        return debugging.held(open_storage(self.storage_uri), job_id) is not None
 
     def _keep_log(self, job_id: str) -> bool:
         """Copy the log into storage before the local one is deleted; False if it cannot be."""
