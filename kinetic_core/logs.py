@@ -12,17 +12,24 @@ as a single-host job's (no prefix). The merged cursor is JSON, opaque to callers
 worker's backend cursor (which itself goes on from the pod to storage when the pod is
 gone) and the unfinished last line of each, so a resumed reader neither repeats nor loses
 a line. A single-host job's log reads exactly as before (no prefix, the backend's cursor).
+
+The end of a stream waits for every log it reads to be complete (the backend's optional
+``log_complete``): a multi-host job reads SUCCEEDED once worker 0 recorded its outcome,
+while another worker may still run and print, and a pod may be gone before its last chunk
+is in storage. The drain goes on through the same polling ticks until each log is
+complete or ``DRAIN_BOUND`` passes (then it ends, and logs which log may be incomplete).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from kinetic_core import recovery
-from kinetic_core.errors import ConfigError
+from kinetic_core.errors import ConfigError, WaitTimeout
 from kinetic_core.polling import (
     OnStatusChange,
     StatusChanges,
@@ -33,19 +40,22 @@ from kinetic_core.polling import (
     shared_poller,
 )
 from kinetic_core.states import JobState
+from kinetic_core.status import JobRef, backend_for
+
+log = logging.getLogger(__name__)
 
 #: Bounded reads per tick while the job runs (each read is a bounded chunk), and at the end.
 READS_PER_TICK = 16
 READS_TO_DRAIN = 10_000
+#: Once the job is terminal, how long the stream waits for a log that is not complete yet
+#: (a worker still running, a last chunk on its way to storage), and the ticks' interval.
+DRAIN_BOUND = 30.0
+DRAIN_INTERVAL = 0.5
 
 
-class Followed(Protocol):
-    """What a LogStream needs of a job (a JobHandle)."""
+class Followed(JobRef, Protocol):
+    """What a LogStream needs of a job (a JobHandle): its backend too (``log_complete``)."""
 
-    @property
-    def job_id(self) -> str: ...
-    @property
-    def target(self) -> dict[str, Any]: ...
     def read_logs(
         self, cursor: str | None = None, *, worker: int | None = None
     ) -> tuple[str, str | None]: ...
@@ -197,6 +207,7 @@ class LogStream:
         self.state: JobState | None = None
         self.stopped = False
         self._partial = ""
+        self._complete: set[tuple[str, int | None]] = set()  # (attempt, worker) logs complete
 
     # ---- the shared part: reading and line buffering -------------------------------------
     def _read(self, max_reads: int) -> list[str]:
@@ -228,15 +239,68 @@ class LogStream:
         self.handle, self.cursor = newest, None
         return True
 
-    def _finish(self, state: JobState) -> list[str]:
-        """The job is terminal: the rest of the log, including an unterminated last line."""
-        self.state = state
-        lines = self._read(READS_TO_DRAIN)
-        if self._partial:
-            lines.append(self._partial.rstrip("\r"))
-            self._partial = ""
+    def _rest(self) -> list[str]:
+        """The log is read to its end: the unterminated last lines, whole now."""
+        lines = [self._partial.rstrip("\r")] if self._partial else []
+        self._partial = ""
         rest, self.cursor = merged_rest(self.cursor)
         return lines + rest
+
+    def _finish(self, state: JobState) -> list[str]:
+        """The job is terminal: the rest of the log as it is now (one drain, no waiting)."""
+        self.state = state
+        return self._read(READS_TO_DRAIN) + self._rest()
+
+    # ---- the end: waiting for every log to be complete -----------------------------------
+    def _logs(self) -> list[int | None]:
+        """The logs this stream reads: its worker's, every worker's of a multi-host job, or
+        a single-host job's one log (None)."""
+        if self.worker is not None:
+            return [self.worker]
+        count = workers_of(self.handle.target)
+        return list(range(count)) if count > 1 else [None]
+
+    def _incomplete(self) -> list[int | None]:
+        """The logs not known complete (a backend without ``log_complete``: none). Asked
+        before the reads of a drain step, so those reads get all a complete log holds."""
+        job_id = self.handle.job_id
+        try:
+            complete = getattr(backend_for(self.handle), "log_complete", None)
+            for k in self._pending():
+                if complete is None or complete(job_id, k):
+                    self._complete.add((job_id, k))
+        except Exception as exc:
+            if not self.best_effort:
+                raise
+            self.error = exc
+            return []
+        return self._pending()
+
+    def _pending(self) -> list[int | None]:
+        """The logs not known complete so far (no backend asked)."""
+        return [k for k in self._logs() if (self.handle.job_id, k) not in self._complete]
+
+    def _drain_step(self) -> tuple[list[str], bool]:
+        """One tick of the end: which logs are complete, then every log read until a read
+        brings nothing; True once all were complete (or reading failed)."""
+        incomplete = self._incomplete()
+        lines = self._read(READS_TO_DRAIN)
+        return lines, not incomplete or self.error is not None
+
+    def _drain_describe(self) -> str:
+        return f"job {self.handle.job_id} ended but its log is not complete"
+
+    def _gave_up(self) -> None:
+        """``DRAIN_BOUND`` passed: the stream ends without what an incomplete log lacks."""
+        named = ", ".join("its" if k is None else f"worker {k}'s" for k in self._pending())
+        log.warning(
+            "kinetic: job %s ended %gs ago and %s log is still not complete; the stream "
+            "ends, its lines may be incomplete (read them again with `kinetic jobs logs %s`)",
+            self.handle.job_id,
+            DRAIN_BOUND,
+            named or "a",
+            self.handle.job_id,
+        )
 
     def lines(self) -> list[str]:
         """New complete lines now (bounded reads), for a caller that drives its own ticks
@@ -260,8 +324,23 @@ class LogStream:
             if self.changes is not None:
                 self.changes.notify(self.waited, state)
             if state.terminal:
-                yield from self._finish(state)
+                self.state = state
+                yield from self._drain()
                 return
+
+    def _drain(self) -> Iterator[str]:
+        """The rest of the log, once every log is complete (``_drain_step``'s ticks)."""
+        try:
+            for _ in poll_ticks(
+                interval=DRAIN_INTERVAL, timeout=DRAIN_BOUND, describe=self._drain_describe
+            ):
+                lines, done = self._drain_step()
+                yield from lines
+                if done:
+                    break
+        except WaitTimeout:
+            self._gave_up()
+        yield from self._rest()
 
     # ---- async driver --------------------------------------------------------------------
     async def __aiter__(self) -> AsyncIterator[str]:
@@ -279,7 +358,8 @@ class LogStream:
                 for line in await asyncio.to_thread(self._read, READS_PER_TICK):
                     yield line
                 if done.done():
-                    for line in await asyncio.to_thread(self._finish, done.result()):
+                    self.state = done.result()
+                    async for line in self._adrain():
                         yield line
                     return
                 if self.until is not None and await self.until():
@@ -288,3 +368,19 @@ class LogStream:
         finally:
             if not done.done():
                 done.cancel()
+
+    async def _adrain(self) -> AsyncIterator[str]:
+        """Async twin of ``_drain``: the same steps, run in a worker thread."""
+        try:
+            async for _ in apoll_ticks(
+                interval=DRAIN_INTERVAL, timeout=DRAIN_BOUND, describe=self._drain_describe
+            ):
+                lines, done = await asyncio.to_thread(self._drain_step)
+                for line in lines:
+                    yield line
+                if done:
+                    break
+        except WaitTimeout:
+            self._gave_up()
+        for line in self._rest():
+            yield line

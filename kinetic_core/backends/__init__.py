@@ -81,6 +81,10 @@ class Backend(Protocol):
     - ``on_change(listener) -> None``: call ``listener(job_id)`` (from any thread; it only
       schedules work) when the backend sees a job change; the async shared poller then
       polls that job at once (Kubernetes: its watch events).
+    - ``log_complete(job_id, worker) -> bool``: no more output will be written to the
+      job's (``worker``'s) log. A log stream at a job's end keeps reading a worker's log
+      until it is (a bounded time): another worker's process may still be writing after
+      the job read SUCCEEDED. Without it, a log is complete once the job is terminal.
     """
 
     name: str

@@ -99,6 +99,9 @@ class StoredLogs(scripted_backend.ScriptedBackend):
     ) -> tuple[str, str | None]:
         return self._log(job_id, worker).read(cursor)
 
+    def log_complete(self, job_id: str, worker: int | None = None) -> bool:
+        return self._log(job_id, worker).complete()
+
 
 KIND = PlainKind(StoredLogs)
 

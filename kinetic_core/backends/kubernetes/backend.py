@@ -418,6 +418,10 @@ class KubernetesBackend:
         """New output since ``cursor``: one cursor across the pod and storage (pod_logs.py)."""
         return self._job_log(job_id, worker).read(cursor)
 
+    def log_complete(self, job_id: str, worker: int | None = None) -> bool:
+        """No more output comes to the job's (worker's) log (``JobLog.complete``)."""
+        return self._job_log(job_id, worker).complete()
+
     # ---- stop ---------------------------------------------------------------------------
     def _stop_requests(self, job_id: str) -> list[tuple[str, str, dict[str, Any]]]:
         """What stopping a job deletes: its JobSet where JobSet is served (foreground: its

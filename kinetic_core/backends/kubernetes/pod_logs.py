@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinetic_core import layout
+from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
 from kinetic_core.log_chunks import chunk_size, read_all, read_at, read_meta
 from kinetic_core.storage import Storage
 
@@ -73,15 +74,32 @@ def stamp_ns(stamp: str) -> int:
 
 
 def runner_pod(pods: list[dict[str, Any]], meta: dict[str, Any] | None) -> str | None:
+    """The name of the pod whose log holds the stream (``_runner_pod``)."""
+    pod = _runner_pod(pods, meta)
+    return pod["metadata"]["name"] if pod is not None else None
+
+
+def _runner_pod(pods: list[dict[str, Any]], meta: dict[str, Any] | None) -> dict[str, Any] | None:
     """The pod whose log holds the stream: the oldest one created by the time the capture
     began (a replacement pod, created once the runner's was deleted, only refused to run
     the function again); without a stream, the newest pod (as before streams)."""
     pods = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))
     if meta is None:
-        return pods[-1]["metadata"]["name"] if pods else None
+        return pods[-1] if pods else None
     began = int(meta.get("started_ns") or 0) // 1_000_000_000
     pods = [p for p in pods if _created_s(p) <= began]
-    return pods[0]["metadata"]["name"] if pods else None
+    return pods[0] if pods else None
+
+
+def _terminated(pod: dict[str, Any]) -> bool:
+    """The pod's runner container ran and ended (its log is final; sidecars may live on)."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return True
+    for one in status.get("containerStatuses") or []:
+        if one.get("name") == KINETIC_CONTAINER:
+            return bool((one.get("state") or {}).get("terminated"))
+    return False
 
 
 def _ended(meta: dict[str, Any]) -> bool:
@@ -120,6 +138,21 @@ class JobLog:
         if pod is None:
             return ""
         return self._pod_log(pod, tailLines=tail) or ""
+
+    def complete(self) -> bool:
+        """No more output will be written to this log: the runner ended its stream, or its
+        pod's container terminated (the pod's log is final), or there is neither a stream
+        nor a pod (the worker never ran, or its pod is gone with no stream kept). A stream
+        begun but not ended with its pod gone is not complete: its last chunks may still be
+        on their way to storage. Asked before the reads that drain the log, so whatever a
+        complete log holds is read by them."""
+        meta = read_meta(self.storage, self.job_id, self.worker)
+        if meta is not None and _ended(meta):
+            return True
+        pod = _runner_pod(self._pods(), meta)
+        if pod is None:
+            return meta is None
+        return _terminated(pod)
 
     def read(self, cursor: str | None) -> tuple[str, str | None]:
         """New output since ``cursor`` (a bounded chunk) and the cursor after it."""

@@ -33,7 +33,7 @@ from typing import Any
 import kinetic_core.backends.local.launch_record as launch_record
 import kinetic_core.backends.local.zygote as zygote
 from kinetic_core import layout, signing
-from kinetic_core.backends import BackendState, LaunchSpec
+from kinetic_core.backends import BackendState, LaunchSpec, running
 from kinetic_core.config import DEBUG_HOLD, Target
 from kinetic_core.errors import SubmissionError
 from kinetic_core.ids import validate_id
@@ -450,6 +450,22 @@ class LocalBackend:
         with self._open_log(job_id) as fh:
             data = _read_chunk(fh, offset)
         return data.decode("utf-8", "replace"), str(offset + len(data))
+
+    def log_complete(self, job_id: str, worker: int | None = None) -> bool:
+        """No process of the job writes its log any more (the job itself writes it): none
+        runs, or the failed runner is held for debugging (it prints nothing more); a job of
+        another host writes no log here: nothing to wait for."""
+        launch, _ = self._launch_record(job_id)
+        if launch is not None and launch.get("host") != socket.gethostname():
+            return True
+        return not running(self._state(job_id)) or self._held(job_id)
+
+    def _held(self, job_id: str) -> bool:
+        if not self.storage_uri:
+            return False
+        from kinetic_core import debugging  # only asked while a process of an ended job runs
+
+        return debugging.held(open_storage(self.storage_uri), job_id) is not None
 
     def _keep_log(self, job_id: str) -> bool:
         """Copy the log into storage before the local one is deleted; False if it cannot be."""
