@@ -171,6 +171,7 @@ def _job_filters(request: Request) -> dict[str, Any]:
         "since": q.get("since") or "",
         "until": q.get("until") or "",
         "limit": _limit(request),
+        "all": "1" if (q.get("all") or "").lower() in ("1", "true", "on", "yes") else "",
     }
 
 
@@ -182,6 +183,7 @@ def _listing_args(filters: dict[str, Any]) -> dict[str, Any]:
         "since": filters["since"] or None,
         "until": filters["until"] or None,
         "limit": filters["limit"],
+        "every_job": bool(filters["all"]),
     }
 
 

@@ -4,7 +4,7 @@ Every value is escaped (``esc``); every link starts with the app's base path, so
 pages work at ``/`` and mounted under another app (Airflow's ``/kinetic``). The first
 paint is complete without JavaScript; ``static/app.js`` then keeps it live and draws
 the charts. Element ids the browser tests rely on: ``#jobs-table`` (rows
-``tr[data-job-id]``), ``#job-state``, ``#timeline``, ``#logs``, ``#worker-select``,
+``tr[data-job-id]`` and ``tr[data-batch-id]``), ``#job-state``, ``#timeline``, ``#logs``, ``#worker-select``,
 ``#usage-chart``, ``#batch-progress``.
 """
 
@@ -69,9 +69,15 @@ def jobs_page(base: str, listing: dict[str, Any], filters: dict[str, Any]) -> st
         f'<input name="name" placeholder="name" value="{esc(filters.get("name"))}">'
         f'<input name="since" placeholder="since: 2h, 7d, 2026-11-25" '
         f'value="{esc(filters.get("since"))}">'
+        '<label title="batch children and batch driver jobs as rows of their own">'
+        f'<input type="checkbox" name="all" value="1"{" checked" if filters.get("all") else ""}>'
+        " all jobs</label>"
         '<button type="submit">Filter</button></form>'
     )
-    rows = "".join(job_row(base, j) for j in listing["jobs"])
+    rows = "".join(
+        batch_row(base, j) if j.get("kind") == "batch" else job_row(base, j)
+        for j in listing["jobs"]
+    )
     table = (
         '<table id="jobs-table"><thead><tr><th>Job</th><th>Name</th><th>Status</th>'
         "<th>Reason</th><th>Created</th><th>Attempt</th><th>Tags</th></tr></thead>"
@@ -93,6 +99,22 @@ def job_row(base: str, job: dict[str, Any]) -> str:
         f"<td>{badge(job['status'])}</td><td>{esc(job['reason'])}</td>"
         f'<td><time datetime="{esc(job["created_at"])}">{esc(job["created_at"])}</time></td>'
         f"<td>{esc(job['attempt'])}</td><td>{tags}</td></tr>"
+    )
+
+
+def batch_row(base: str, batch: dict[str, Any]) -> str:
+    """A batch in the jobs table: one row for all its children (and its driver job),
+    with its progress; the link leads to the batch's page."""
+    tags = " ".join(f'<span class="tag">{esc(k)}={esc(v)}</span>' for k, v in batch["tags"].items())
+    href = f"{esc(base)}/batches/{quote(batch['batch_id'])}"
+    return (
+        f'<tr data-batch-id="{esc(batch["batch_id"])}" class="batch-row">'
+        f'<td><a href="{href}">{esc(batch["batch_id"])}</a></td>'
+        f"<td>{esc(batch['name'])} <span class='kind'>batch</span></td>"
+        f"<td>{progress_bar(batch, element_id=None)}</td>"
+        f"<td>{esc(batch['done'])}/{esc(batch['total'])} done</td>"
+        f'<td><time datetime="{esc(batch["created_at"])}">{esc(batch["created_at"])}</time></td>'
+        f"<td></td><td>{tags}</td></tr>"
     )
 
 

@@ -5,8 +5,8 @@ through the public API (``list_jobs``, ``attach``, ``resolve_states``, ``read_lo
 ``list_batches``) except two reads no public call offers without side effects: a
 succeeded job's result (``result()`` marks it collected, which changes what an
 idempotent resubmit does; a page view must change nothing) and the list of its output
-files. A page of jobs costs one ``list_jobs(limit=...)`` and one batched state
-resolution of that page.
+files. A page of jobs costs one ``list_jobs(limit=...)``, one batched state
+resolution of the page's job rows and one status read per batch row.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 import kinetic_core as kc
 from kinetic_core import layout, outputs
 from kinetic_core.config import Target
-from kinetic_core.listing import INTERNAL_TAG_PREFIX
+from kinetic_core.listing import INTERNAL_TAG_PREFIX, Query
 from kinetic_core.payload import load_envelope
 from kinetic_core.storage import Storage, open_storage
 
@@ -73,9 +73,13 @@ class Reader:
         since: str | None = None,
         until: str | None = None,
         limit: int = DEFAULT_LIMIT,
+        every_job: bool = False,
     ) -> dict[str, Any]:
-        """One page of jobs, newest first, each with its resolved state; ``next_until``
-        is the ``until`` of the next (older) page, None on the last."""
+        """One page of rows, newest first: a job with its resolved state, or (unless
+        ``every_job``) a batch with its progress, in the place of its newest member that
+        matches the filters (its children and its driver job are not rows then, as in
+        ``kinetic jobs list``). ``next_until`` is the ``until`` of the next (older) page,
+        None on the last."""
         handles = kc.list_jobs(
             statuses=statuses or None,
             tags=tags or None,
@@ -84,13 +88,46 @@ class Reader:
             until=_when(until),
             limit=limit + 1,
             target=self.target,
+            include_batch_children=every_job,
         )
         more = len(handles) > limit
         handles = handles[:limit]
-        states = kc.resolve_states(handles) if handles else []
-        rows = [_job_row(h, s) for h, s in zip(handles, states, strict=True)]
         older = f"{handles[-1].created_at - 1e-6:.6f}" if more and handles else None
-        return {"jobs": rows, "count": len(rows), "next_until": older}
+        newer, page_end = None, _when(until)
+        if page_end is not None:  # not the first page: a batch may be on a newer one
+            newer = (Query.of(name=name or None, tags=tags or None), statuses, page_end)
+        batches = {} if every_job else self._batches_of(handles, newer)
+        alone = [h for h in handles if h.job_id not in batches]
+        resolved = kc.resolve_states(alone) if alone else []
+        states = dict(zip([h.job_id for h in alone], resolved, strict=True))
+        rows = [
+            batches[h.job_id] if h.job_id in batches else _job_row(h, states[h.job_id])
+            for h in handles
+        ]
+        shown = [r for r in rows if r is not None]
+        return {"jobs": shown, "count": len(shown), "next_until": older}
+
+    def _batches_of(
+        self, handles: list[kc.JobHandle], newer: _Newer | None
+    ) -> dict[str, dict[str, Any] | None]:
+        """job id -> its batch's row, for each listed batch member (the listing holds one
+        member per batch); None for a batch a newer page shows (``newer``: the filters and
+        this page's ``until``). A member whose batch record is gone stays a job row."""
+        rows: dict[str, dict[str, Any] | None] = {}
+        for handle in handles:
+            group = kc.batch_of(handle)
+            if group is None:
+                continue
+            try:
+                batch = kc.attach_batch(group, target=self.target)
+            except kc.JobNotFound:
+                continue
+            statuses = batch.statuses()
+            if newer is not None and _on_a_newer_page(batch, statuses, newer):
+                rows[handle.job_id] = None
+                continue
+            rows[handle.job_id] = {"kind": "batch", "batch_id": group} | _batch_row(batch, statuses)
+        return rows
 
     def attach(self, job_id: str) -> kc.JobHandle:
         return kc.attach(kc.validate_id(job_id), target=self.target)
@@ -298,6 +335,26 @@ class Reader:
 
 
 # ---- helpers ------------------------------------------------------------------------------
+#: A later page's view of the newer ones: the listing's name/tag filters, its statuses
+#: and the page's ``until``.
+_Newer = tuple[Query, list[str] | None, float]
+
+
+def _on_a_newer_page(batch: kc.BatchHandle, statuses: list[kc.ChildStatus], newer: _Newer) -> bool:
+    """Whether a newer page already showed this batch: one of its children (latest
+    attempts) created after this page's ``until`` matches the filters. The listing puts
+    a batch in the place of its newest matching member, so a later page meets its older
+    members again."""
+    query, wanted, until = newer
+    return any(
+        job is not None
+        and job.created_at > until
+        and query.match(job)
+        and (not wanted or status.value in {w.upper() for w in wanted})
+        for job, status in zip(batch.jobs, statuses, strict=True)
+    )
+
+
 _USAGE_KEYS = ("chip_hours", "useful_chip_hours", "lost_chip_hours", "queued_seconds", "cost")
 
 
@@ -343,6 +400,7 @@ def _iso(ts: float | None) -> str | None:
 def _job_row(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any]:
     """One line of the jobs table."""
     return {
+        "kind": "job",
         "job_id": handle.job_id,
         "name": handle.name,
         "owner": handle.owner,

@@ -142,16 +142,77 @@ def test_jobs_page_and_api_list_every_job_newest_first(store: Store, client: Tes
         assert shown[getattr(store, name).job_id] == status, name
     assert 'src="/static/app.js"' in page.text and "http" not in page.text.split("<main>")[0]
     data = client.get("/api/jobs").json()
-    created = [j["created_at"] for j in data["jobs"]]
+    created = [j["created_at"] for j in data["jobs"] if j["kind"] == "job"]
     assert created == sorted(created, reverse=True)
-    assert [j["job_id"] for j in data["jobs"]] == [job_id for job_id, _ in rows]
+    html_ids = re.findall(r'<tr data-(?:job|batch)-id="([^"]+)"', page.text)
+    assert [j.get("job_id") or j["batch_id"] for j in data["jobs"]] == html_ids
+
+
+def _batch_members(store: Store) -> tuple[set[str], set[str]]:
+    """(children, driver jobs) of the store's batch, from the unfiltered listing."""
+    listed = kc.list_jobs(target=kc.Target(storage=store.uri))
+    members = {h.job_id for h in listed if kc.batch_of(h) == store.batch.group_id}
+    children = {j.job_id for j in store.batch.jobs if j is not None}
+    return children, members - children
+
+
+def test_a_batch_is_one_row_of_the_jobs_page_unless_all(store: Store, client: TestClient) -> None:
+    group = store.batch.group_id
+    children, drivers = _batch_members(store)
+    assert len(children) == 3 and len(drivers) == 1  # the batch's detached driver job
+    rows = client.get("/api/jobs").json()["jobs"]
+    (batch,) = [r for r in rows if r["kind"] == "batch"]
+    assert batch["batch_id"] == group and batch["name"] == "squares"
+    assert batch["counts"] == {"SUCCEEDED": 2, "FAILED": 1} and batch["done"] == batch["total"]
+    jobs = {r["job_id"] for r in rows if r["kind"] == "job"}
+    assert len(jobs) == len(rows) - 1 and not jobs & (children | drivers)
+    assert store.succeeded.job_id in jobs
+
+    every = client.get("/api/jobs?all=1").json()["jobs"]
+    assert {r["kind"] for r in every} == {"job"}
+    assert children | drivers | jobs <= {r["job_id"] for r in every}
+
+    page = client.get("/").text
+    (row,) = re.findall(rf'<tr data-batch-id="{group}".*?</tr>', page)
+    assert f'href="/batches/{group}"' in row and "3/3 done" in row
+    assert not any(f'data-job-id="{j}"' in page for j in children | drivers)
+    assert 'name="all" value="1">' in page  # the toggle, unchecked
+    everything = client.get("/?all=1").text
+    assert "data-batch-id" not in everything and 'name="all" value="1" checked>' in everything
+    assert all(f'data-job-id="{j}"' in everything for j in children | drivers)
+
+
+def test_paging_shows_a_batch_once_on_the_page_of_its_newest_job(
+    store: Store, client: TestClient
+) -> None:
+    def keys(rows: list[dict[str, str]]) -> list[str]:
+        return [r.get("job_id") or r["batch_id"] for r in rows]
+
+    whole = keys(client.get("/api/jobs").json()["jobs"])
+    paged, query = [], "limit=1"
+    while query:
+        listing = client.get(f"/api/jobs?{query}").json()
+        paged += keys(listing["jobs"])
+        query = listing["next_until"] and f"limit=1&until={listing['next_until']}"
+    assert paged == whole and store.batch.group_id in paged
+
+
+def test_a_status_filter_shows_a_batch_where_one_of_its_jobs_matches(
+    store: Store, client: TestClient
+) -> None:
+    def batch_rows(query: str) -> list[str]:
+        rows = client.get(f"/api/jobs?{query}").json()["jobs"]
+        return [r["batch_id"] for r in rows if r["kind"] == "batch"]
+
+    assert batch_rows("status=FAILED") == [store.batch.group_id]  # child 2 failed
+    assert batch_rows("status=RUNNING") == []  # every child and the driver have ended
 
 
 def test_jobs_filters_status_tag_name_since_and_limit(store: Store, client: TestClient) -> None:
     def ids(query: str) -> list[str]:
         response = client.get(f"/api/jobs?{query}")
         assert response.status_code == 200, response.text
-        return [j["job_id"] for j in response.json()["jobs"]]
+        return [j.get("job_id") or j["batch_id"] for j in response.json()["jobs"]]
 
     assert ids("status=failed") == ids("status=FAILED")  # any case
     assert store.failed.job_id in ids("status=FAILED")

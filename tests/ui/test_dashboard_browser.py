@@ -76,7 +76,32 @@ def test_jobs_page_and_a_running_jobs_live_logs(dashboard: Dashboard, tmp_path: 
             rows.and_(page.locator(f'[data-job-id="{job.job_id}"]')).wait_for()
         ids = rows.evaluate_all("rows => rows.map(r => r.dataset.jobId)")
         assert {j.job_id for j in [*dashboard.done, running]} <= set(ids)
+        # the batch is one row (its children and its driver are not), also once app.js
+        # has redrawn the table from /api/jobs
+        group = dashboard.batch.group_id
+        batch_row = page.locator(f'#jobs-table tr[data-batch-id="{group}"]')
+        page.wait_for_function(
+            "() => document.querySelector('#jobs-table tbody').dataset.drawn === 'api'"
+        )
+        assert batch_row.count() == 1
+        assert batch_row.locator(".progress .seg").count() == 2  # SUCCEEDED and FAILED
+        members = {j.job_id for j in dashboard.batch.jobs if j is not None}
+        drawn = set(rows.evaluate_all("rows => rows.map(r => r.dataset.jobId)"))
+        assert not drawn & members and {"sweep", "batch-driver-sweep"}.isdisjoint(
+            rows.evaluate_all("rows => rows.map(r => r.cells[1].textContent)")
+        )
         screenshot(page, "jobs")
+
+        page.check("#filters input[name=all]")
+        page.click("#filters button[type=submit]")
+        page.wait_for_url("**/?*all=1*")
+        for member in members:
+            page.locator(f'#jobs-table tr[data-job-id="{member}"]').wait_for()
+        assert page.locator("#jobs-table tr[data-batch-id]").count() == 0
+        page.goto(f"{dashboard.url}/")
+        batch_row.locator("a").click()
+        page.wait_for_url(f"**/batches/{group}")
+        page.goto(f"{dashboard.url}/")
 
         page.click(f'#jobs-table tr[data-job-id="{running.job_id}"] a')
         page.wait_for_url(f"**/jobs/{running.job_id}")

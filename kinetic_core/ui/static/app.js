@@ -87,6 +87,43 @@
     return tr;
   }
 
+  // a batch in the jobs table (the server's pages.batch_row): its progress, its page
+  function progressBar(batch) {
+    var total = Math.max(batch.total || 0, 1);
+    var bar = el("div", { "class": "progress", role: "progressbar", "aria-valuemin": "0",
+      "aria-valuemax": String(total), "aria-valuenow": String(batch.done) });
+    Object.keys(batch.counts || {}).sort().forEach(function (s) {
+      var n = batch.counts[s];
+      bar.appendChild(el("span", { "class": "seg s-" + s, "data-status": s, title: s + ": " + n,
+        style: "width:" + (100 * n / total).toFixed(3) + "%" }));
+    });
+    return bar;
+  }
+
+  function batchRow(batch) {
+    var tr = el("tr", { "data-batch-id": batch.batch_id, "class": "batch-row" });
+    var link = el("a", { href: BASE + "/batches/" + encodeURIComponent(batch.batch_id) },
+      batch.batch_id);
+    var name = el("td", {}, batch.name);
+    name.appendChild(document.createTextNode(" "));
+    name.appendChild(el("span", { "class": "kind" }, "batch"));
+    [link, name, progressBar(batch), batch.done + "/" + batch.total + " done",
+      el("time", { datetime: batch.created_at || "" }, batch.created_at || ""), ""].forEach(
+      function (c, i) {
+        if (i === 1) { tr.appendChild(c); return; }
+        var td = el("td");
+        if (c instanceof Node) { td.appendChild(c); } else { td.textContent = c; }
+        tr.appendChild(td);
+      });
+    var tags = el("td");
+    Object.keys(batch.tags || {}).forEach(function (k) {
+      tags.appendChild(el("span", { "class": "tag" }, k + "=" + batch.tags[k]));
+      tags.appendChild(document.createTextNode(" "));
+    });
+    tr.appendChild(tags);
+    return tr;
+  }
+
   function jobsPage() {
     var tbody = document.querySelector("#jobs-table tbody");
     if (!tbody) { return; }
@@ -94,8 +131,11 @@
     every(function () {
       return api("/api/jobs" + window.location.search).then(function (data) {
         var rows = document.createDocumentFragment();
-        data.jobs.forEach(function (j) { rows.appendChild(jobRow(j)); });
+        data.jobs.forEach(function (j) {
+          rows.appendChild(j.kind === "batch" ? batchRow(j) : jobRow(j));
+        });
         tbody.replaceChildren(rows);
+        tbody.dataset.drawn = "api";
         relativeTimes();
       });
     });
