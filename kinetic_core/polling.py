@@ -55,7 +55,7 @@ COALESCE = 0.02  # async waiters registering within this window share their firs
 EARLY = 0.25
 #: Waiters completed (and outcomes handed to a caller loop) per loop iteration: a wave of
 #: thousands of jobs ending at once must not block either loop for seconds.
-DELIVER_SLICE = 50
+DELIVER_SLICE = 20
 OUTAGE_LIMIT = 900.0  # seconds of continuously failing polls a wait rides out
 OUTAGE_LOG_EVERY = 60.0
 

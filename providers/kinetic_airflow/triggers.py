@@ -29,7 +29,7 @@ EVENT_ERROR = "error"  # the trigger itself could not observe the job
 
 #: Triggers that take their first step (log line, handle, registering with the shared
 #: poller) per event-loop iteration.
-STARTS_PER_ITERATION = 50
+STARTS_PER_ITERATION = 20
 
 
 class _Turns:
