@@ -34,7 +34,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from kinetic_core.errors import BackendError, ConfigError, WaitTimeout
 from kinetic_core.states import JobState
-from kinetic_core.status import backend_for, resolve_states
+from kinetic_core.status import backends_for, resolve_states
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,12 @@ FIRST_DELAY = 0.005
 GROWTH = 1.3
 DEFAULT_INTERVAL = 5.0
 COALESCE = 0.02  # async waiters registering within this window share their first poll
+#: A shared tick also polls jobs due within this fraction of their interval: waiters that
+#: registered at different times share ticks instead of each forcing its own.
+EARLY = 0.25
+#: Waiters completed (and outcomes handed to a caller loop) per loop iteration: a wave of
+#: thousands of jobs ending at once must not block either loop for seconds.
+DELIVER_SLICE = 20
 OUTAGE_LIMIT = 900.0  # seconds of continuously failing polls a wait rides out
 OUTAGE_LOG_EVERY = 60.0
 
@@ -229,7 +235,7 @@ class Deadline:
 def _sleep(delay: float, refs: list[Any]) -> None:
     """Sleep ``delay``, or less if the (single) backend of ``refs`` sees a job end first."""
     if refs:
-        backends = {b.scope: b for b in map(backend_for, refs)}
+        backends = {b.scope: b for b in backends_for(refs)}
         if len(backends) == 1:
             next(iter(backends.values())).sleep_until_change([r.job_id for r in refs], delay)
             return
@@ -372,8 +378,12 @@ class _Outbox:
                 self.loop.call_soon_threadsafe(self.deliver)
 
     def deliver(self) -> None:  # on the caller's loop
+        """A slice of the outcomes, then the rest in later iterations: each completes a
+        waiter whose caller resumes in the next one (a trigger firing its event)."""
         with self.lock:
-            batch, self.items = self.items, []
+            batch, self.items = self.items[:DELIVER_SLICE], self.items[DELIVER_SLICE:]
+            if self.items:
+                self.loop.call_soon(self.deliver)
         for done, task in batch:
             if done.done():
                 continue
@@ -393,6 +403,7 @@ class _Schedule:
     delays: Iterator[float]
     due: float
     last_waited: float
+    interval: float
     changed: float = float("-inf")  # when the backend last said the job changed
     listened: bool = False  # its backend was asked for ``on_change`` (SharedPoller._poll)
 
@@ -405,7 +416,8 @@ class SharedPoller:
     background loop. ``latest`` holds the last state polled of each job being waited on.
     """
 
-    waiters: list[_Waiter] = field(default_factory=list)
+    #: The waiters of each job waited on (dicts: registering and finishing are O(1)).
+    waiters: dict[str, dict[_Waiter, None]] = field(default_factory=dict)
     schedules: dict[str, _Schedule] = field(default_factory=dict)
     latest: dict[str, JobState] = field(default_factory=dict)
     polls: int = 0  # resolve_states calls made: what the benchmarks and tests count
@@ -417,6 +429,7 @@ class SharedPoller:
     _listening: set[int] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _inbox: list[_Handoff] = field(default_factory=list)  # waiters not yet started
+    _forgot: float = float("-inf")  # when idle schedules were last dropped
 
     async def wait(
         self,
@@ -492,13 +505,13 @@ class SharedPoller:
             steps = delays(interval_of(ref))
             # First poll a short window out, so a burst of new waiters shares it: they
             # arrive from other threads' loops, interleaved by the GIL's 5 ms switches.
-            schedule = _Schedule(steps, now + max(next(steps), COALESCE), now)
+            schedule = _Schedule(steps, now + max(next(steps), COALESCE), now, interval_of(ref))
             self.schedules[ref.job_id] = schedule
         schedule.last_waited = now
         waiter = _Waiter(ref, loop.create_future(), observe)
         if observe is not None and ref.job_id in self.latest:  # polled for another waiter
             observe(self.latest[ref.job_id])
-        self.waiters.append(waiter)
+        self.waiters.setdefault(ref.job_id, {})[waiter] = None
         if self._wake is None:
             self._wake = asyncio.Event()
         self._wake.set()
@@ -507,17 +520,22 @@ class SharedPoller:
         try:
             return await asyncio.shield(waiter.future)
         finally:
-            if waiter in self.waiters:
-                self.waiters.remove(waiter)
+            self._unregister(waiter)
+
+    def _unregister(self, waiter: _Waiter) -> None:
+        job_waiters = self.waiters.get(waiter.ref.job_id)
+        if job_waiters is not None:
+            job_waiters.pop(waiter, None)
+            if not job_waiters:
+                del self.waiters[waiter.ref.job_id]
 
     async def _run(self, wake: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            self.waiters = [w for w in self.waiters if not w.future.done()]
             self._forget_idle(loop.time())
             if not self.waiters:
                 return
-            next_due = min(self.schedules[w.ref.job_id].due for w in self.waiters)
+            next_due = min(self.schedules[job_id].due for job_id in self.waiters)
             wake.clear()
             if next_due > loop.time():
                 try:
@@ -525,7 +543,7 @@ class SharedPoller:
                     continue  # a new waiter arrived: recompute when to poll
                 except TimeoutError:
                     pass
-            refs = list({w.ref.job_id: w.ref for w in self.waiters}.values())  # one entry per job
+            refs = self._due(loop.time())
             self.polls += 1
             polled_at = loop.time()  # cadence counts from the poll's start, not its end
             try:
@@ -538,34 +556,70 @@ class SharedPoller:
                 try:  # an outage is ridden out; persistent errors reach the waiters
                     self.outage.failed(exc)
                 except Exception:
-                    for w in self.waiters:
-                        if not w.future.done():
-                            w.future.set_exception(exc)
+                    for ws in list(self.waiters.values()):
+                        for w in ws:
+                            if not w.future.done():
+                                w.future.set_exception(exc)
+                    self.waiters.clear()
                     continue
                 for ref in refs:
-                    schedule = self.schedules[ref.job_id]
-                    schedule.due = polled_at + next(schedule.delays)
+                    if (schedule := self.schedules.get(ref.job_id)) is not None:
+                        schedule.due = polled_at + next(schedule.delays)
                 continue
-            # Keyed by the waited job: a recovered job's state names its newest attempt.
-            by_job = {ref.job_id: state for ref, state in zip(refs, states, strict=True)}
-            self.latest.update(by_job)
-            for w in self.waiters:
-                state = by_job.get(w.ref.job_id)
-                if state is None or w.future.done():
-                    continue
-                if w.observe is not None:
-                    w.observe(state)
-                if state.terminal:
-                    w.future.set_result(state)
-            for job_id, state in by_job.items():
-                if state.terminal:
-                    self.schedules.pop(job_id, None)
-                    self.latest.pop(job_id, None)
-                else:
-                    schedule = self.schedules[job_id]
-                    schedule.due = polled_at + next(schedule.delays)
-                    if schedule.changed >= polled_at:  # during the poll: it may have missed it
-                        schedule.due = loop.time()
+            await self._deliver(refs, states, polled_at, loop)
+
+    def _due(self, now: float) -> list[Any]:
+        """One ref per waited job due now (or within ``EARLY`` of its interval)."""
+        refs = []
+        for job_id, job_waiters in self.waiters.items():
+            schedule = self.schedules[job_id]
+            if schedule.due <= now + EARLY * schedule.interval:
+                refs.append(next(iter(job_waiters)).ref)
+        return refs
+
+    async def _deliver(
+        self,
+        refs: list[Any],
+        states: list[JobState],
+        polled_at: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Hand each polled state to its job's waiters, ``DELIVER_SLICE`` jobs per loop
+        iteration (a wave of endings completes thousands of waiters), and schedule the
+        next poll of each job still running."""
+        for start in range(0, len(refs), DELIVER_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            for ref, state in zip(
+                refs[start : start + DELIVER_SLICE],
+                states[start : start + DELIVER_SLICE],
+                strict=True,
+            ):
+                # Keyed by the waited job: a recovered job's state names its newest attempt.
+                self._deliver_one(ref.job_id, state, polled_at, loop)
+
+    def _deliver_one(
+        self, job_id: str, state: JobState, polled_at: float, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        for w in list(self.waiters.get(job_id, ())):
+            if w.future.done():
+                continue
+            if w.observe is not None:
+                w.observe(state)
+            if state.terminal:
+                w.future.set_result(state)
+        if state.terminal:
+            self.schedules.pop(job_id, None)
+            self.latest.pop(job_id, None)
+            self.waiters.pop(job_id, None)  # each waiter's finally finds it gone
+            return
+        self.latest[job_id] = state
+        schedule = self.schedules.get(job_id)
+        if schedule is None:  # dropped while the poll ran: nobody waits any more
+            return
+        schedule.due = polled_at + next(schedule.delays)
+        if schedule.changed >= polled_at:  # during the poll: it may have missed it
+            schedule.due = loop.time()
 
     def _poll(
         self, refs: list[Any], fresh: list[Any], loop: asyncio.AbstractEventLoop
@@ -574,7 +628,7 @@ class SharedPoller:
         polled for the first time) that can tell when a job changes are asked to (once
         per backend)."""
         states = resolve_states(refs)
-        for backend in {id(b): b for b in map(backend_for, fresh)}.values():
+        for backend in {id(b): b for b in backends_for(fresh)}.values():
             on_change = getattr(backend, "on_change", None)
             if on_change is not None and id(backend) not in self._listening:
                 self._listening.add(id(backend))
@@ -590,16 +644,21 @@ class SharedPoller:
         schedule = self.schedules.get(job_id)
         if schedule is None or self._wake is None:
             return
-        if any(w.ref.job_id == job_id for w in self.waiters):
+        if job_id in self.waiters:
             schedule.changed = loop.time()
             schedule.due = min(schedule.due, schedule.changed)
             self._wake.set()
 
     def _forget_idle(self, now: float) -> None:
-        """Drop schedules of jobs nobody has waited on for a while (bounded memory)."""
-        waited = {w.ref.job_id for w in self.waiters}
+        """Drop schedules of jobs nobody has waited on for a while (bounded memory);
+        looked at once a minute, not at every tick over thousands of jobs."""
+        if now - self._forgot < 60:
+            return
+        self._forgot = now
         for job_id in [
-            j for j, s in self.schedules.items() if j not in waited and now - s.last_waited > 300
+            j
+            for j, s in self.schedules.items()
+            if j not in self.waiters and now - s.last_waited > 300
         ]:
             del self.schedules[job_id]
             self.latest.pop(job_id, None)

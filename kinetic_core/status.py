@@ -19,6 +19,7 @@ in the Kubernetes backend for a pod whose node stopped reporting.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections import defaultdict
@@ -61,6 +62,25 @@ def backend_for(ref: JobRef) -> Backend:
     return get_backend(dataclasses.replace(target, signing_key=getattr(ref, "signing_key", None)))
 
 
+def backends_for(refs: list[Any]) -> list[Backend]:
+    """``backend_for`` of each ref, resolved once per distinct stored target and signing
+    key in this call: thousands of waited jobs usually share one target, and rebuilding
+    it (and the backend's cache key, which reads the environment) per job was most of a
+    shared poller's tick. Each call still resolves afresh (a rotated key counts)."""
+    resolved: dict[tuple[str, str | None], Backend] = {}
+    out = []
+    for ref in refs:
+        key = (
+            json.dumps(ref.target, sort_keys=True, default=repr),
+            getattr(ref, "signing_key", None),
+        )
+        backend = resolved.get(key)
+        if backend is None:
+            backend = resolved[key] = backend_for(ref)
+        out.append(backend)
+    return out
+
+
 def resolve_states(refs: list[Any], *, enforce: bool = True) -> list[JobState]:
     """States of many jobs: one bulk backend poll per scope, storage read only when needed.
 
@@ -79,8 +99,7 @@ def _resolve_all(refs: list[Any], enforce: bool) -> list[JobState]:
     groups: dict[int, list[int]] = defaultdict(list)
     backends: dict[int, Backend] = {}
     scope_of: list[int] = []
-    for i, ref in enumerate(refs):
-        backend = backend_for(ref)
+    for i, backend in enumerate(backends_for(refs)):
         backends[id(backend)] = backend
         groups[id(backend)].append(i)
         scope_of.append(id(backend))
