@@ -65,6 +65,7 @@ _EXPORTS = {
     "unregister_hooks": "kinetic_core.hooks",
     "SubmitSpec": "kinetic_core.hooks",
     "Data": "kinetic_core.data",
+    "dashboard_app": "kinetic_core.ui",
     "find_data": "kinetic_core.data",
     "sync_outputs": "kinetic_core.outputs",
     "worker": "kinetic_core.workers",
@@ -201,5 +202,6 @@ if TYPE_CHECKING:
     from kinetic_core.submission import asubmit, submit
     from kinetic_core.telemetry import GpuSample, JobTop, WorkerSample
     from kinetic_core.termination import cancel_on_termination, install_termination_handler
+    from kinetic_core.ui import dashboard_app
     from kinetic_core.usage import AttemptUsage, Usage, usage_summary
     from kinetic_core.workers import Worker, worker

@@ -17,7 +17,7 @@ from kinetic_core.errors import ConfigError
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "create_app", "is_loopback", "serve"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "create_app", "dashboard_app", "is_loopback", "serve"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8265
@@ -99,3 +99,8 @@ def serve(
     served = app if token else LoopbackHosts(app)
     print(f"kinetic dashboard: {url_of(host, port, token)}", flush=True)
     uvicorn.run(served, host=host, port=port, log_level="warning")
+
+
+#: The public name (``kc.dashboard_app``) under which providers mount the dashboard
+#: (Airflow's plugin): ``create_app`` itself, exported without importing Starlette.
+dashboard_app = create_app

@@ -18,6 +18,8 @@ from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
 
+import kinetic_core as kc
+
 log = logging.getLogger(__name__)
 
 #: Where the dashboard is mounted in the api-server (not one of Airflow's reserved prefixes).
@@ -113,9 +115,7 @@ def dashboard_app(storage: str | None = None) -> Any:
     """The read-only dashboard over ``storage`` (None: ``KINETIC_STORAGE``, else the
     default root) behind Airflow's auth. Links follow the prefix the api-server mounts it
     at (the ASGI ``root_path``), also behind a proxy that serves Airflow under a path."""
-    from kinetic_core.ui import create_app
-
-    return RequireAirflowUser(create_app(storage, allow_actions=False))
+    return RequireAirflowUser(kc.dashboard_app(storage, allow_actions=False))
 
 
 def _fastapi_apps() -> list[dict[str, Any]]:
