@@ -210,17 +210,10 @@ def cleanup(backend: KubernetesBackend) -> None:
         pass
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--finished", type=int, default=2000)
-    parser.add_argument("--watched", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--kubeconfig", help="a running test cluster (else one is started)")
-    args = parser.parse_args()
-    os.environ["KINETIC_K8S_WATCH"] = "0"  # LIST per poll is measured here; the watch: k8s_watch.py
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+def start_test_cluster(kubeconfig: str | None) -> Any:
+    """The test cluster a benchmark measures: the one ``--kubeconfig`` names (None is
+    returned), else one started here, which the caller stops. Sets ``KUBECONFIG``."""
     cluster = None
-    kubeconfig = args.kubeconfig
     if kubeconfig is None:
         from cluster.cluster import TestCluster, ensure_built
 
@@ -230,12 +223,32 @@ def main() -> None:
         kubeconfig = str(cluster.kubeconfig_path)
         print(f"test cluster started in {cluster.start_seconds:.1f}s")
     os.environ["KUBECONFIG"] = kubeconfig
-    target = Target(
-        backend="kubernetes",
-        kube_context="kinetic-test",
-        namespace="default",
-        storage=f"file://{tempfile.mkdtemp(prefix='kinetic-bench-')}",
-    ).resolve()
+    return cluster
+
+
+def bench_target(**options: Any) -> dict[str, Any]:
+    """The Kubernetes target of every benchmark on the test cluster, on a fresh store."""
+    storage = f"file://{tempfile.mkdtemp(prefix='kinetic-bench-')}"
+    return {
+        "backend": "kubernetes",
+        "kube_context": "kinetic-test",
+        "namespace": "default",
+        "storage": storage,
+        **options,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--finished", type=int, default=2000)
+    parser.add_argument("--watched", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--kubeconfig", help="a running test cluster (else one is started)")
+    args = parser.parse_args()
+    os.environ["KINETIC_K8S_WATCH"] = "0"  # LIST per poll is measured here; the watch: k8s_watch.py
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    cluster = start_test_cluster(args.kubeconfig)
+    target = Target(**bench_target()).resolve()
     backend = KubernetesBackend(target)
     stop = threading.Event()
     heartbeat = KubernetesBackend(target)  # its own client: its requests are not counted

@@ -30,7 +30,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +39,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 sys.path[:0] = [str(ROOT.parent), str(ROOT), str(ROOT.parent / "tests" / "kubernetes")]
 
-from k8s_poll import NODE, cleanup, create_job, keep_node_ready  # noqa: E402
+from k8s_poll import (  # noqa: E402
+    NODE,
+    bench_target,
+    cleanup,
+    create_job,
+    keep_node_ready,
+    start_test_cluster,
+)
 
 from kinetic_core import Target  # noqa: E402
 from kinetic_core.backends.kubernetes import KubernetesBackend  # noqa: E402
@@ -152,23 +158,8 @@ def main() -> None:
     parser.add_argument("--kubeconfig", help="a running test cluster (else one is started)")
     args = parser.parse_args()
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    cluster = None
-    kubeconfig = args.kubeconfig
-    if kubeconfig is None:
-        from cluster.cluster import TestCluster, ensure_built
-
-        ensure_built()
-        cluster = TestCluster()
-        cluster.start()
-        kubeconfig = str(cluster.kubeconfig_path)
-        print(f"test cluster started in {cluster.start_seconds:.1f}s")
-    os.environ["KUBECONFIG"] = kubeconfig
-    target = Target(
-        backend="kubernetes",
-        kube_context="kinetic-test",
-        namespace="default",
-        storage=f"file://{tempfile.mkdtemp(prefix='kinetic-bench-')}",
-    ).resolve()
+    cluster = start_test_cluster(args.kubeconfig)
+    target = Target(**bench_target()).resolve()
     writer = KubernetesBackend(target)
     stop = threading.Event()
     threading.Thread(target=keep_node_ready, args=(writer, stop), daemon=True).start()

@@ -17,13 +17,14 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "kubernetes")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "kubernetes")]
+
+from k8s_poll import bench_target, start_test_cluster  # noqa: E402
 
 import kinetic_core as kc  # noqa: E402
 from kinetic_core.backends import get_backend  # noqa: E402
@@ -115,24 +116,8 @@ def main() -> None:
     parser.add_argument("--kubeconfig", help="a running test cluster (else one is started)")
     args = parser.parse_args()
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    cluster = None
-    kubeconfig = args.kubeconfig
-    if kubeconfig is None:
-        from cluster.cluster import TestCluster, ensure_built
-
-        ensure_built()
-        cluster = TestCluster()
-        cluster.start()
-        kubeconfig = str(cluster.kubeconfig_path)
-        print(f"test cluster started in {cluster.start_seconds:.1f}s")
-    os.environ["KUBECONFIG"] = kubeconfig
-    base = kc.Target(
-        backend="kubernetes",
-        kube_context="kinetic-test",
-        namespace="default",
-        storage=f"file://{tempfile.mkdtemp(prefix='kinetic-bench-')}",
-        poll_interval=0.5,
-    )
+    cluster = start_test_cluster(args.kubeconfig)
+    base = kc.Target(**bench_target(poll_interval=0.5))
     backend = get_backend(base.resolve())
     assert isinstance(backend, KubernetesBackend)
     try:
