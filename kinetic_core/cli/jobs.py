@@ -30,6 +30,24 @@ from kinetic_core.storage import open_storage
 from kinetic_core.usage import combine, per_job
 
 job_id_argument = click.argument("job_id", shell_complete=complete_job_id)
+# The filters `list` and `usage` share (kc.list_jobs's).
+tag_option = click.option(
+    "--tag",
+    "tags",
+    type=KeyValue(),
+    multiple=True,
+    shell_complete=complete_tag,
+    help="Only jobs with this tag (repeat: all of them).",
+)
+name_option = click.option("--name", help="Only jobs with this name.")
+since_option = click.option(
+    "--since",
+    type=When(),
+    help="Only jobs created at or after WHEN: 30m, 2h, 7d, 2026-11-25, 2026-11-25T14:30.",
+)
+until_option = click.option(
+    "--until", type=When(), help="Only jobs created at or before WHEN (same forms)."
+)
 
 
 @click.group()
@@ -45,25 +63,14 @@ def jobs() -> None:
     multiple=True,
     help="Only jobs in this status (repeat: any of them).",
 )
-@click.option(
-    "--tag",
-    "tags",
-    type=KeyValue(),
-    multiple=True,
-    shell_complete=complete_tag,
-    help="Only jobs with this tag (repeat: all of them).",
-)
-@click.option("--name", help="Only jobs with this name.")
+@tag_option
+@name_option
 @click.option(
     "--owner",
     help="Only jobs of this owner (recorded at submit: owner=, KINETIC_OWNER, else the user).",
 )
-@click.option(
-    "--since",
-    type=When(),
-    help="Only jobs created at or after WHEN: 30m, 2h, 7d, 2026-11-25, 2026-11-25T14:30.",
-)
-@click.option("--until", type=When(), help="Only jobs created at or before WHEN (same forms).")
+@since_option
+@until_option
 @click.option("--reverse", is_flag=True, help="Oldest first.")
 @click.option(
     "--all",
@@ -459,21 +466,10 @@ def port_forward(ctx: click.Context, job_id: str, ports: tuple[str, ...], worker
 
 @jobs.command()
 @click.argument("job_id", required=False, shell_complete=complete_job_id)
-@click.option(
-    "--since",
-    type=When(),
-    help="Jobs created at or after WHEN: 30m, 2h, 7d, 2026-11-25, 2026-11-25T14:30.",
-)
-@click.option("--until", type=When(), help="Jobs created at or before WHEN (same forms).")
-@click.option(
-    "--tag",
-    "tags",
-    type=KeyValue(),
-    multiple=True,
-    shell_complete=complete_tag,
-    help="Only jobs with this tag (repeat: all of them).",
-)
-@click.option("--name", help="Only jobs with this name.")
+@since_option
+@until_option
+@tag_option
+@name_option
 @click.option("--owner", help="Only jobs of this owner.")
 @click.option("--by", "by", metavar="TAGKEY", help="Sum per value of this tag (dag_id, team).")
 @click.option(
