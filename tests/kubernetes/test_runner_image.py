@@ -60,7 +60,9 @@ def _image(cluster: TestCluster, where: Path, name: str, cloudpickle_version: st
     _run(_uv(), "venv", "--quiet", "--seed", "--python", "3.11", str(venv))
     python = venv / "bin" / "python"
     pin = f"cloudpickle=={cloudpickle_version}"
-    _run(_uv(), "pip", "install", "--quiet", "--python", str(python), pin)
+    # as the Dockerfile's image: kinetic with its `fast` extra (blake3), which the
+    # submitters here have, so their envelopes are format 3
+    _run(_uv(), "pip", "install", "--quiet", "--python", str(python), pin, "blake3")
     (venv / "lib" / "python3.11" / "site-packages" / "kinetic.pth").write_text(f"{ROOT}\n")
     assert cluster.dir is not None
     table_path = cluster.dir / "agent" / "images.json"
