@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import time
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -394,7 +394,7 @@ def _top_table(now: kc.JobTop) -> Any:
     for column in ("worker", "sampled", "CPU %", "RSS", "GPU", "GPU util %", "GPU memory"):
         table.add_column(column)
     for w in now.workers:
-        cells = [str(w.worker), render.seconds_text(time.time() - w.at) + " ago"]
+        cells = [str(w.worker), render.ago(datetime.fromtimestamp(w.at, UTC))]
         cells += [_num(w.cpu_percent), _bytes(w.rss_bytes)]
         for i, gpu in enumerate(w.gpus or [None]):
             gpu_cells = (
