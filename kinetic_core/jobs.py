@@ -579,6 +579,7 @@ class JobHandle:
             "Cancelled",
             f"cancelled from {socket.gethostname()}",
             by="cancel",
+            created_at=self.created_at,
         )
         if not won:
             return False

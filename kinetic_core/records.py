@@ -97,11 +97,13 @@ def decide(
     message: str | None,
     *,
     by: str,
+    created_at: float | None = None,
     **fields: Any,
 ) -> tuple[bool, dict[str, Any] | None]:
     """Try to decide how the job ends (create-only). Returns (True, None) when this call
     decided, else (False, the outcome in force). The decider also indexes the end
-    (``job_index.note_end``, best effort: a lister repairs a missing one)."""
+    (``job_index.note_end``, best effort: a lister repairs a missing one); ``created_at``,
+    the handle's, when the caller has it, spares that a read of ``handle.json``."""
     won = write_record(
         storage,
         job_id,
@@ -114,7 +116,7 @@ def decide(
         **fields,
     )
     if won:
-        job_index.note_end(storage, job_id, None, status)
+        job_index.note_end(storage, job_id, created_at or None, status)
     return (True, None) if won else (False, read_outcome(storage, job_id))
 
 

@@ -135,7 +135,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
     if body["success"] and not me.is_coordinator:  # only worker 0's value is the result
         write_record(storage, job_id, finished_record(me.index), event="finished", success=True)
         return 0
-    _store(storage, job_id, body, signing_key)
+    _store(storage, job_id, body, signing_key, (handle or {}).get("created_at"))
     if held:
         _hold(storage_uri, job_id, me.index)
     return 0 if body["success"] else int(body.get("exit_code") or 1)
@@ -262,7 +262,13 @@ async def _await(value: Any) -> Any:
     return await value
 
 
-def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str | None) -> None:
+def _store(
+    storage: Storage,
+    job_id: str,
+    body: dict[str, Any],
+    signing_key: str | None,
+    created_at: float | None = None,
+) -> None:
     key = layout.job_file(job_id, layout.RESULT)
 
     def write(b: dict[str, Any]) -> None:
@@ -305,6 +311,7 @@ def _store(storage: Storage, job_id: str, body: dict[str, Any], signing_key: str
         reason,
         summary.get("error"),
         by=BY_RUNNER,
+        created_at=created_at,
         exit_code=summary["exit_code"],
     )
     if not won:  # a cancel or a deadline decided first: that is how this job ends

@@ -236,6 +236,7 @@ def _resolve_one(
             found.reason,
             found.message,
             by="status",
+            created_at=ref.created_at,
             exit_code=found.exit_code,
         )
     except (KineticError, OSError) as exc:
@@ -299,7 +300,9 @@ def _stop(
 ) -> JobState | None:
     """Decide a limit's outcome and stop the job. None when the runner decided first
     (its process is finishing on its own)."""
-    won, winner = decide(storage, ref.job_id, status.value, reason, message, by="limit")
+    won, winner = decide(
+        storage, ref.job_id, status.value, reason, message, by="limit", created_at=ref.created_at
+    )
     if not won and winner is not None and winner.get("by") == BY_RUNNER:
         return None
     backend.cancel(ref.job_id)
