@@ -3,6 +3,7 @@ tests/fault/test_records_forged.py)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,29 @@ def test_cleanup_frees_envelopes_keeps_tombstone_and_outputs(
     assert (other_folder / "result.pkl").exists()  # another job is untouched
     assert main(["jobs", "cleanup", "--outputs", job.job_id]) == 0
     assert not path.exists()
+
+
+def test_cleanup_lets_a_decided_job_finish_instead_of_killing_it(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    """A job reads terminal once its outcome is decided, while its runner still writes its
+    last records and exits; ``result()`` cleans up right then. The cleanup must let it end
+    on its own (it did SIGTERM it: its finished record was never written)."""
+    import threading
+
+    from kinetic_core import records
+    from kinetic_core.storage import open_storage
+
+    gate, ready = tmp_path / "gate", tmp_path / "ready"
+    job = kc.submit(jobfns.wait_for_file, (str(gate), "done"), {"ready": str(ready)})
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    storage = open_storage(storage_uri)
+    # the outcome first, the runner's last steps after it (here: the rest of the function)
+    records.decide(storage, job.job_id, "SUCCEEDED", None, None, by=records.BY_RUNNER)
+    threading.Timer(0.3, gate.touch).start()
+    job.cleanup()
+    folder = Path(storage_uri[len("file://") :], "jobs", job.job_id)
+    assert (folder / "finished.json").exists(), "the ending job was stopped by the cleanup"
+    assert job.state().status is kc.JobStatus.SUCCEEDED
