@@ -6,9 +6,11 @@ Stdlib only: the local supervisor and the runner import it on every job start.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import signal
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -123,11 +125,17 @@ def stdout_of(pid: int) -> str | None:
         return None
 
 
+@functools.cache
+def libc() -> Any:
+    """The C library through ctypes, loaded once (the local zygote loads it before forking)."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _prctl(option: int, value: int) -> None:
     try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+        libc().prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # not Linux: best effort
 

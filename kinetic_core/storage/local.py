@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -28,6 +27,7 @@ from kinetic_core.storage import storage_failed, write_failed
 # Staging files without a live writer in their name are swept once older than this.
 STALE_STAGING = 3600.0
 _WRITER = re.compile(r"\.w(\d+)-(\d+)\.")
+_STAGED_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 class LocalStorage:
@@ -95,15 +95,12 @@ class LocalStorage:
             if create_only and target.exists():  # fail fast; link() below is the real guard
                 raise FileExistsError(str(target))
             # Stage under tmp/ (same filesystem): a failed write leaves nothing beside ``key``.
-            staging = self.root / "tmp"
-            self._ensure_dir(staging)
-            if not self._swept:
-                self._swept = True
-                _sweep(staging)
-            writer = f"w{os.getpid()}-{start_ticks(os.getpid()) or 0}"
-            fd, tmp = tempfile.mkstemp(
-                prefix=f"{target.name}.{writer}.", suffix=".tmp", dir=staging
-            )
+            tmp = self._staged(target)
+            try:
+                fd = os.open(tmp, _STAGED_FLAGS, 0o600)
+            except FileNotFoundError:  # tmp/ swept away by a cleanup: once more
+                self._ensure_dir(tmp.parent)
+                fd = os.open(tmp, _STAGED_FLAGS, 0o600)
         try:
             fh = os.fdopen(fd, "wb")
             try:
@@ -114,14 +111,42 @@ class LocalStorage:
                 raise
             with self._errors("write", key):
                 fh.close()  # flushes: a full disk may only show here
-                self._ensure_dir(target.parent)
-                if create_only:
-                    os.link(tmp, target)  # atomic, fails with FileExistsError if someone won
-                else:
-                    os.replace(tmp, target)
+                self._publish(tmp, target, create_only)
         finally:
             with suppress(OSError):  # gone once published; else the next writer sweeps it
                 os.unlink(tmp)
+
+    def _staged(self, target: Path) -> Path:
+        """Where ``target`` is staged: ``tmp/{name}.w{pid}-{ticks}.{serial}.tmp``, unique to
+        this process (``_sweep`` removes a dead writer's). The first call sweeps tmp/."""
+        staging = self.root / "tmp"
+        if not self._swept:
+            self._ensure_dir(staging)
+            self._swept = True
+            _sweep(staging)
+        return staging / f"{target.name}.{self._writer_name()}.{next(self._serial)}.tmp"
+
+    def _publish(self, tmp: Path, target: Path, create_only: bool) -> None:
+        """Move the staged file to ``target`` atomically: ``link`` when ``create_only``
+        (FileExistsError if someone won), else ``replace``. Folders known to exist are
+        not checked again; one deleted meanwhile is created once more."""
+        if target.parent not in self._dirs:
+            self._ensure_dir(target.parent)
+            self._dirs.add(target.parent)
+        try:
+            os.link(tmp, target) if create_only else os.replace(tmp, target)
+        except FileNotFoundError:
+            self._dirs.discard(target.parent)
+            self._ensure_dir(target.parent)
+            os.link(tmp, target) if create_only else os.replace(tmp, target)
+
+    def _writer_name(self) -> str:
+        """``w{pid}-{start ticks}`` in staged files' names (``_sweep`` reads it back to tell
+        a dead writer's leftovers), read from /proc once per process, not per write."""
+        pid = os.getpid()
+        if self._writer[0] != pid:  # a forked child writes as itself
+            self._writer = (pid, f"w{pid}-{start_ticks(pid) or 0}")
+        return self._writer[1]
 
     def exists(self, key: str) -> bool:
         with self._errors("read", key):
@@ -137,36 +162,17 @@ class LocalStorage:
         target = self.path(key)
         if create_only and target.exists():
             raise FileExistsError(str(target))
-        staging = self.root / "tmp"
-        if not self._swept:
-            self._ensure_dir(staging)
-            self._swept = True
-            _sweep(staging)
-        pid = os.getpid()
-        if self._writer[0] != pid:
-            self._writer = (pid, f"w{pid}-{start_ticks(pid) or 0}")
-        tmp = staging / f"{target.name}.{self._writer[1]}.{next(self._serial)}.tmp"
+        tmp = self._staged(target)
         try:
             try:
                 shutil.copyfile(source, tmp)  # sendfile(2): in the kernel
             except OSError as exc:
-                if isinstance(exc, FileNotFoundError) and not staging.exists():
-                    self._ensure_dir(staging)  # swept away by a cleanup: once more
+                if isinstance(exc, FileNotFoundError) and not tmp.parent.exists():
+                    self._ensure_dir(tmp.parent)  # swept away by a cleanup: once more
                     shutil.copyfile(source, tmp)
                 else:
                     raise write_failed(self.location(key), exc) from exc
-            if target.parent not in self._dirs:
-                self._ensure_dir(target.parent)
-                self._dirs.add(target.parent)
-            try:
-                if create_only:
-                    os.link(tmp, target)  # atomic, FileExistsError if someone won
-                else:
-                    os.replace(tmp, target)
-            except FileNotFoundError:  # the folder was deleted meanwhile
-                self._dirs.discard(target.parent)
-                self._ensure_dir(target.parent)
-                os.link(tmp, target) if create_only else os.replace(tmp, target)
+            self._publish(tmp, target, create_only)
         finally:
             with suppress(FileNotFoundError):
                 os.unlink(tmp)

@@ -4,9 +4,10 @@ Its first act is to claim the job: it writes ``launch.json`` (its own pid and pr
 start time) create-only, so a job never runs without a record naming its process. It then
 tells the submitter its pid and runs nothing until the submitter confirms ("go"): a
 submitter that dies or fails before confirming leaves an aborted job that ran nothing.
-It forks the runner (no second interpreter start; the runner dies with it), enforces
-``life_span``, forwards SIGTERM with a grace period before SIGKILL, kills what the job
-left in its process group, and always records how the runner ended in ``exit.json``.
+It forks the runner while the submitter confirms (no second interpreter start; the runner
+is held until the "go" and dies with it), enforces ``life_span``, forwards SIGTERM with a
+grace period before SIGKILL, kills what the job left in its process group, and always
+records how the runner ended in ``exit.json``.
 Usage (internal): ``python -m kinetic_core.backends.local.supervisor [--detach] JOB_DIR
 LIFE_SPAN --storage URI --job-id ID`` with the submitter's end of the launch channel in
 ``KINETIC_LAUNCH_FD``. Imports stay stdlib-only (its packages load lazily): it is on the
@@ -15,6 +16,7 @@ critical path of every local job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -27,6 +29,7 @@ from kinetic_core.procs import adopt_orphans, die_with_parent, reap_descendants,
 
 # How long a forked supervisor waits for the submitter's "go" before giving up.
 CONFIRM_TIMEOUT = 60.0
+GO = b"g"  # to the held runner: run the job
 
 
 def main(argv: list[str], channel: socket.socket | None = None) -> int:
@@ -48,7 +51,7 @@ def main(argv: list[str], channel: socket.socket | None = None) -> int:
             return
         stop_reason.append(reason)
         if not child:
-            return  # not forked yet: the runner is never started
+            return  # not let go yet: the runner is never started
         try:
             os.kill(child, signal.SIGTERM)
         except ProcessLookupError:
@@ -67,32 +70,24 @@ def main(argv: list[str], channel: socket.socket | None = None) -> int:
     if not _claim(job_dir, runner_argv):
         return 2
     exit_path = os.path.join(job_dir, launch_record.EXIT)
+    adopt_orphans()  # what the job leaves running becomes ours to end with it
+    # The runner is forked while the submitter confirms (a fork costs milliseconds); it
+    # waits for the word and, without it, ends having touched nothing of the job.
+    runner, go = _fork_runner(runner_argv)
     if channel is not None and not _confirmed(channel):
+        _abandon(runner, go)
         _record(exit_path, _not_started("Aborted", "the submitter did not confirm the launch"))
         return 0
-    # SIGTERM waits while we fork: a cancel arriving now must find the runner to stop.
+    # SIGTERM waits while the runner is let go: a cancel arriving now must find it to stop.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     if stop_reason:
+        _abandon(runner, go)
         _record(exit_path, _not_started(stop_reason[0], "stopped before the job started"))
         return 0
-    me = os.getpid()
-    adopt_orphans()  # what the job leaves running becomes ours to end with it
-    child = os.fork()
-    if child == 0:
-        code = 2
-        try:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-            die_with_parent(me)  # a killed supervisor never leaves its runner behind
-            from kinetic_core.runner import main as runner_main
-
-            code = runner_main(runner_argv)
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-
+    child = runner
+    with contextlib.suppress(OSError):  # it died already (a killpg): its exit says how
+        os.write(go, GO)
+    os.close(go)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if life_span > 0:
         signal.signal(signal.SIGALRM, on_deadline)
@@ -103,6 +98,41 @@ def main(argv: list[str], channel: socket.socket | None = None) -> int:
     _final_sync(runner_argv)
     _record(exit_path, describe_exit(status, stop_reason[0] if stop_reason else None, life_span))
     return 0
+
+
+def _fork_runner(runner_argv: list[str]) -> tuple[int, int]:
+    """Fork the runner, held until ``GO`` arrives on the returned pipe (EOF: it exits
+    without running anything). Returns (its pid, the pipe's write end)."""
+    me = os.getpid()
+    held, go = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(held)
+        return pid, go
+    code = 2
+    try:
+        os.close(go)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a cancel now: nothing ran, just end
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        die_with_parent(me)  # a killed supervisor never leaves its runner behind
+        if os.read(held, len(GO)) != GO:
+            os._exit(0)
+        os.close(held)
+        from kinetic_core.runner import main as runner_main
+
+        code = runner_main(runner_argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _abandon(runner: int, go: int) -> None:
+    """End a held runner that must not run, and reap it (it ran nothing)."""
+    os.close(go)
+    _kill(runner)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(runner, 0)
 
 
 def _final_sync(runner_argv: list[str]) -> None:

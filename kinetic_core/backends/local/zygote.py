@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import hashlib
 import json
 import os
@@ -155,8 +156,8 @@ def serve(path: str, idle: float) -> None:
         print("busy", flush=True)  # one zygote per socket: the holder serves it
         return
     import kinetic_core.backends.local.supervisor as supervisor
-    import kinetic_core.runner  # preloaded: every job needs it
-    import kinetic_core.storage.local  # noqa: F401  (every local job's runner opens file://)
+
+    _preload()
 
     # Jobs put their submitter's sys.path first (KINETIC_SYS_PATH); the zygote's own
     # working-directory entry goes, so it never shadows a later job's modules.
@@ -210,6 +211,22 @@ def serve(path: str, idle: float) -> None:
             if not closing:
                 os.unlink(path)  # ours: we hold the lock, so no other zygote bound it
             os.unlink(f"{path}.pid")
+
+
+def _preload() -> None:
+    """Load once here what every forked job would otherwise load on its critical path."""
+    import tempfile
+
+    import kinetic_core.runner  # every job runs it
+    import kinetic_core.storage.local  # noqa: F401  (every local job's runner opens file://)
+    from kinetic_core import chunks, procs
+
+    procs.libc()  # ctypes and libc: the supervisor's prctl calls (~5 ms to import)
+    chunks.blake3_available()  # the envelope hash: blake3 where installed
+    tempfile.gettempdir()  # cached: its first call probes the directory by writing a file
+    # What is loaded stays out of the collector's reach: a collection in a forked job would
+    # otherwise touch every inherited object and copy each page it sits on (copy-on-write).
+    gc.freeze()
 
 
 def _become_supervisor(request: dict[str, Any], run: Any, conn: socket.socket) -> None:
