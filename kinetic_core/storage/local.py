@@ -96,11 +96,7 @@ class LocalStorage:
                 raise FileExistsError(str(target))
             # Stage under tmp/ (same filesystem): a failed write leaves nothing beside ``key``.
             tmp = self._staged(target)
-            try:
-                fd = os.open(tmp, _STAGED_FLAGS, 0o600)
-            except FileNotFoundError:  # tmp/ swept away by a cleanup: once more
-                self._ensure_dir(tmp.parent)
-                fd = os.open(tmp, _STAGED_FLAGS, 0o600)
+            fd = self._open_staged(tmp)
         try:
             fh = os.fdopen(fd, "wb")
             try:
@@ -125,6 +121,13 @@ class LocalStorage:
             self._swept = True
             _sweep(staging)
         return staging / f"{target.name}.{self._writer_name()}.{next(self._serial)}.tmp"
+
+    def _open_staged(self, tmp: Path) -> int:
+        try:
+            return os.open(tmp, _STAGED_FLAGS, 0o600)
+        except FileNotFoundError:  # tmp/ swept away by a cleanup: once more
+            self._ensure_dir(tmp.parent)
+            return os.open(tmp, _STAGED_FLAGS, 0o600)
 
     def _publish(self, tmp: Path, target: Path, create_only: bool) -> None:
         """Move the staged file to ``target`` atomically: ``link`` when ``create_only``

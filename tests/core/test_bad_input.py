@@ -148,20 +148,19 @@ def test_full_disk_is_a_storage_error_not_a_pickling_error(
 ) -> None:
     """Staging files land on /dev/full (a real device that answers every write ENOSPC)."""
     import os
-    import tempfile
 
     from kinetic_core.storage import local
 
-    real_mkstemp = tempfile.mkstemp
+    real_open = local.LocalStorage._open_staged
 
-    def on_full_disk(*args: object, **kwargs: object) -> tuple[int, str]:
-        fd, path = real_mkstemp(*args, **kwargs)  # type: ignore[call-overload]
+    def on_full_disk(self: local.LocalStorage, tmp: Path) -> int:
+        fd = real_open(self, tmp)
         full = os.open("/dev/full", os.O_WRONLY)
         os.dup2(full, fd)
         os.close(full)
-        return fd, path
+        return fd
 
-    monkeypatch.setattr(local.tempfile, "mkstemp", on_full_disk)
+    monkeypatch.setattr(local.LocalStorage, "_open_staged", on_full_disk)
     for size in (10, 1 << 20):  # fails in the pickler (large) or when the file is closed (small)
         with pytest.raises(kc.StorageError, match="disk is full") as info:
             kc.submit(jobfns.add, (b"x" * size,))

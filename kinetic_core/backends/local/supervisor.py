@@ -73,7 +73,7 @@ def main(argv: list[str], channel: socket.socket | None = None) -> int:
     adopt_orphans()  # what the job leaves running becomes ours to end with it
     # The runner is forked while the submitter confirms (a fork costs milliseconds); it
     # waits for the word and, without it, ends having touched nothing of the job.
-    runner, go = _fork_runner(runner_argv)
+    runner, go = _fork_runner(runner_argv, channel)
     if channel is not None and not _confirmed(channel):
         _abandon(runner, go)
         _record(exit_path, _not_started("Aborted", "the submitter did not confirm the launch"))
@@ -100,9 +100,10 @@ def main(argv: list[str], channel: socket.socket | None = None) -> int:
     return 0
 
 
-def _fork_runner(runner_argv: list[str]) -> tuple[int, int]:
+def _fork_runner(runner_argv: list[str], channel: socket.socket | None) -> tuple[int, int]:
     """Fork the runner, held until ``GO`` arrives on the returned pipe (EOF: it exits
-    without running anything). Returns (its pid, the pipe's write end)."""
+    without running anything). Returns (its pid, the pipe's write end). The submitter's
+    channel is the supervisor's alone: the runner closes its copy."""
     me = os.getpid()
     held, go = os.pipe()
     pid = os.fork()
@@ -112,6 +113,8 @@ def _fork_runner(runner_argv: list[str]) -> tuple[int, int]:
     code = 2
     try:
         os.close(go)
+        if channel is not None:
+            channel.close()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a cancel now: nothing ran, just end
         signal.signal(signal.SIGINT, signal.default_int_handler)
         die_with_parent(me)  # a killed supervisor never leaves its runner behind
