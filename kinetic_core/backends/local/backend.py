@@ -34,14 +34,12 @@ import kinetic_core.backends.local.launch_record as launch_record
 import kinetic_core.backends.local.zygote as zygote
 from kinetic_core import layout, signing
 from kinetic_core.backends import BackendState, LaunchSpec, running
-from kinetic_core.backends.local import dir_watch
 from kinetic_core.config import DEBUG_HOLD, Target
 from kinetic_core.errors import SubmissionError
 from kinetic_core.ids import validate_id
 from kinetic_core.ports import PortForward, PortSpec, already_local
 from kinetic_core.procs import group_members, process_alive, start_ticks, stdout_of, wait_exit
 from kinetic_core.storage import open_storage
-from kinetic_core.storage.local import LocalStorage
 
 LOG_CHUNK = 1 << 20
 # Early wake-ups only for small watch sets (a single result() wait): a waiter on many jobs
@@ -395,30 +393,15 @@ class LocalBackend:
         return {job_id: self._state(job_id) for job_id in job_ids}
 
     def sleep_until_change(self, job_ids: list[str], timeout: float) -> None:
-        """Sleep up to ``timeout``, waking as soon as one of the jobs' records lands in
-        file:// storage (``dir_watch``: the outcome, before the supervisor's exit) or one
-        of their supervisors exits.
+        """Sleep up to ``timeout``, waking as soon as one of the jobs' supervisors exits.
 
         A pidfd becomes readable when its process ends, so a waiter on a few jobs notices a
         finished one at once instead of at its next backoff tick. Plain sleep for larger
-        watch sets, where neither is available, or for jobs on another host.
+        watch sets, where pidfds are unavailable, or for jobs on another host.
         """
         if len(job_ids) > EARLY_WAKE_MAX:
             time.sleep(timeout)
             return
-        with self._pidfds(job_ids) as fds:
-            if fds is None:
-                return  # a supervisor is gone already: poll now
-            with dir_watch.watching(self._storage_folders(job_ids)) as watch:
-                readable = fds if watch is None else [*fds, watch]
-                if readable:
-                    select.select(readable, [], [], timeout)
-                else:
-                    time.sleep(timeout)
-
-    @contextlib.contextmanager
-    def _pidfds(self, job_ids: list[str]) -> Iterator[list[int] | None]:
-        """pidfds of the jobs' supervisors on this host; None if one has exited already."""
         fds: list[int] = []
         try:
             for job_id in job_ids:
@@ -428,23 +411,16 @@ class LocalBackend:
                 try:
                     fds.append(os.pidfd_open(launch["pid"]))
                 except ProcessLookupError:
-                    yield None
-                    return
+                    return  # already gone: poll now
                 except (AttributeError, OSError):
                     break
-            yield fds
+            if fds:
+                select.select(fds, [], [], timeout)
+            else:
+                time.sleep(timeout)
         finally:
             for fd in fds:
                 os.close(fd)
-
-    def _storage_folders(self, job_ids: list[str]) -> list[str]:
-        """The jobs' folders where the storage is a directory on this machine, else none."""
-        if not self.storage_uri or not self.storage_uri.startswith("file://"):
-            return []
-        storage = open_storage(self.storage_uri)
-        if not isinstance(storage, LocalStorage):
-            return []
-        return [str(storage.path(layout.job_dir(job_id))) for job_id in job_ids]
 
     # ---- logs ---------------------------------------------------------------------------
     def _open_log(self, job_id: str) -> Any:
@@ -527,7 +503,7 @@ class LocalBackend:
         """Remove the job's own directory under ``local_dir`` (the path comes from the
         validated id, never from a record), keeping its log in storage.
 
-        Callers delete ended jobs (``cleanup`` cancels a running one first). A job reads
+        Callers delete ended jobs (``cleanup`` cancels a running one first). A job can read
         terminal once its outcome is decided, while its runner still writes its last
         records and its supervisor the exit: it gets ``ENDING_WAIT`` to end on its own
         before it is stopped."""
