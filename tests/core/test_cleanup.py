@@ -58,3 +58,28 @@ def test_cleanup_lets_a_decided_job_finish_instead_of_killing_it(
     folder = Path(storage_uri[len("file://") :], "jobs", job.job_id)
     assert (folder / "finished.json").exists(), "the ending job was stopped by the cleanup"
     assert job.state().status is kc.JobStatus.SUCCEEDED
+
+
+def test_a_local_job_reads_terminal_only_once_its_processes_are_gone(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    """The runner decides the outcome, then writes its last records and exits, and its
+    supervisor records the exit: a read in between must wait for them (docs/concepts.md:
+    a job reads terminal only once none of its processes is alive)."""
+    import threading
+
+    from kinetic_core import records
+    from kinetic_core.storage import open_storage
+
+    gate, ready = tmp_path / "gate", tmp_path / "ready"
+    job = kc.submit(jobfns.wait_for_file, (str(gate), "done"), {"ready": str(ready)})
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    records.decide(
+        open_storage(storage_uri), job.job_id, "SUCCEEDED", None, None, by=records.BY_RUNNER
+    )
+    threading.Timer(0.3, gate.touch).start()
+    assert job.state().status is kc.JobStatus.SUCCEEDED
+    exit_record = Path(storage_uri[len("file://") :], "backend-local", job.job_id, "exit.json")
+    assert exit_record.exists(), "read terminal while the job's processes were still running"
