@@ -336,7 +336,8 @@ class LocalBackend:
                     message=f"running on host {launch.get('host')}; liveness cannot be checked from here",
                 )
             if process_alive(launch["pid"], launch.get("start_ticks")):
-                return BackendState("running", started_at=started)
+                if not self._runner_decided(job_id) or _ending(launch):
+                    return BackendState("running", started_at=started)
             exit_rec = self._exit_record(job_id)  # it may have finished between the two reads
             if exit_rec is None:
                 if group_members(launch["pid"], leader_ticks=launch.get("start_ticks")):
@@ -361,6 +362,18 @@ class LocalBackend:
             started_at=started,
             finished_at=exit_rec.get("finished_at"),
         )
+
+    def _runner_decided(self, job_id: str) -> bool:
+        """Whether the job's runner decided its outcome: the function has returned and its
+        processes end within milliseconds, so a read waits for them (``_ending``): a job
+        reads terminal only once none of its processes is left. Asked of file:// storage
+        only (a local read; on gs:// a request per running job per poll is not worth it)."""
+        if not self.storage_uri or not self.storage_uri.startswith("file://"):
+            return False
+        from kinetic_core.records import BY_RUNNER, read_outcome
+
+        outcome = read_outcome(open_storage(self.storage_uri), job_id)
+        return outcome is not None and outcome.get("by") == BY_RUNNER
 
     def _unlaunched(self, job_id: str) -> BackendState:
         """No launch record: being submitted, or its submitter died before launching it."""
