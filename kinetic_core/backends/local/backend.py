@@ -335,9 +335,10 @@ class LocalBackend:
                     started_at=started,
                     message=f"running on host {launch.get('host')}; liveness cannot be checked from here",
                 )
-            if process_alive(launch["pid"], launch.get("start_ticks")):
-                if not self._runner_decided(job_id) or _ending(launch):
-                    return BackendState("running", started_at=started)
+            if process_alive(launch["pid"], launch.get("start_ticks")) and (
+                not self._runner_decided(job_id) or _ending(launch)
+            ):
+                return BackendState("running", started_at=started)
             exit_rec = self._exit_record(job_id)  # it may have finished between the two reads
             if exit_rec is None:
                 if group_members(launch["pid"], leader_ticks=launch.get("start_ticks")):
