@@ -55,28 +55,43 @@ class JobRef(Protocol):
     def attempt(self) -> int: ...
 
 
-def backend_for(ref: JobRef) -> Backend:
+# Targets rebuilt from stored ones, by (stored target, handle's key): a Target is frozen
+# and rebuilding one (its validation included) cost more than the poll of a local job.
+_targets: dict[tuple[str, str | None], Target] = {}
+_TARGETS_MAX = 256
+
+
+def _target_key(ref: JobRef) -> tuple[str, str | None]:
+    return json.dumps(ref.target, sort_keys=True, default=repr), getattr(ref, "signing_key", None)
+
+
+def backend_for(ref: JobRef, key: tuple[str, str | None] | None = None) -> Backend:
     """The backend of ``ref``'s job, with the signing key the handle was given (a stored
-    target carries none; without one, the key in force in this process's environment)."""
-    target = Target.from_stored(ref.target)
-    return get_backend(dataclasses.replace(target, signing_key=getattr(ref, "signing_key", None)))
+    target carries none; without one, the key in force in this process's environment).
+    ``get_backend`` is asked at every call: its cache key reads the environment, so a
+    rotated key counts."""
+    key = key or _target_key(ref)
+    target = _targets.get(key)
+    if target is None:
+        if len(_targets) >= _TARGETS_MAX:
+            _targets.clear()
+        target = Target.from_stored(ref.target)
+        target = _targets[key] = dataclasses.replace(target, signing_key=key[1])
+    return get_backend(target)
 
 
 def backends_for(refs: list[Any]) -> list[Backend]:
     """``backend_for`` of each ref, resolved once per distinct stored target and signing
     key in this call: thousands of waited jobs usually share one target, and rebuilding
     it (and the backend's cache key, which reads the environment) per job was most of a
-    shared poller's tick. Each call still resolves afresh (a rotated key counts)."""
+    shared poller's tick. Each call still asks ``get_backend`` afresh."""
     resolved: dict[tuple[str, str | None], Backend] = {}
     out = []
     for ref in refs:
-        key = (
-            json.dumps(ref.target, sort_keys=True, default=repr),
-            getattr(ref, "signing_key", None),
-        )
+        key = _target_key(ref)
         backend = resolved.get(key)
         if backend is None:
-            backend = resolved[key] = backend_for(ref)
+            backend = resolved[key] = backend_for(ref, key)
         out.append(backend)
     return out
 
