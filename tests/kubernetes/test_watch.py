@@ -15,6 +15,7 @@ import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,15 @@ from kinetic_core.backends import get_backend
 from kinetic_core.backends.kubernetes import KubernetesBackend
 from kinetic_core.backends.kubernetes import watch as kube_watch
 from kinetic_core.backends.kubernetes.client import USER_AGENT
+from kinetic_core.backends.kubernetes.states import job_state
 from kinetic_core.polling import poll_ticks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import k8s_fns
 from cluster.cluster import KINETIC_RULES, TestCluster
+from test_backend import _list, _patch_status
+from test_reliability import NOWHERE, _pod_of, _until
 
 
 @pytest.fixture(autouse=True)
@@ -216,3 +220,95 @@ def test_the_shared_poller_polls_a_job_when_the_watch_sees_it_change(
     state = asyncio.run(job.await_(timeout=200))
     assert state.status is kc.JobStatus.SUCCEEDED
     assert poller.polls - polls >= 2, "the job ended without a poll the watch caused"
+
+
+OOM_KILLED_POD = {
+    "phase": "Failed",
+    "conditions": [{"type": "Ready", "status": "False"}],
+    "containerStatuses": [
+        {
+            "name": "runner",
+            "image": "x",
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "state": {
+                "terminated": {
+                    "exitCode": 137,
+                    "reason": "OOMKilled",
+                    "startedAt": "2026-01-01T00:00:00Z",
+                    "finishedAt": "2026-01-01T00:00:05Z",
+                }
+            },
+        }
+    ],
+}
+
+
+@contextmanager
+def _lagging(monkeypatch: pytest.MonkeyPatch, kind: str) -> Iterator[None]:
+    """The ``kind`` watch applies no event inside the block (its thread waits before the
+    first one, the rest wait in its stream): that stream lags the others, as one stream
+    may lag another on a busy server. Every held event is applied after the block."""
+    release = threading.Event()
+    apply = kube_watch.NamespaceWatch._event
+
+    def held(self: kube_watch.NamespaceWatch, watch: Any, event: dict[str, Any]) -> bool:
+        if watch.kind == kind:
+            release.wait()
+        return apply(self, watch, event)
+
+    monkeypatch.setattr(kube_watch.NamespaceWatch, "_event", held)
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def _cached(watch: kube_watch.NamespaceWatch, kind: str, job_id: str) -> list[dict[str, Any]]:
+    with watch.cond:
+        return [
+            o
+            for o in watch.kinds[kind].objects.values()
+            if o["metadata"]["labels"].get(kube_watch.JOB_LABEL) == job_id
+        ]
+
+
+def _failed(job: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Failed" and c.get("status") == "True"
+        for c in job.get("status", {}).get("conditions") or []
+    )
+
+
+@pytest.mark.timeout(240)
+def test_a_poll_while_the_pod_stream_lags_answers_what_a_list_answers(
+    kube: kc.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Job's and its pods' events arrive on two streams. Here the pods stream lags: the
+    Job watch has seen the Job fail (its pod was OOMKilled) while the pods cache has not
+    seen the pod at all. A poll answers what a LIST answers (OOMKilled), never the pair
+    no LIST can show: a failed Job without a pod reads Preempted (its pod removed with its
+    node), a recoverable end that would start a second run of a job that ran out of memory."""
+    monkeypatch.setattr(kube_watch, "FRESH_AFTER_WRITE", 0.0)  # the cache, not the write's LIST
+    backend = _backend(kube)
+    watch = _synced_watch(backend)
+    with _lagging(monkeypatch, "pods"):
+        job = kc.submit(k8s_fns.square, (3,), target=kube.merge(NOWHERE))
+        pod = _pod_of(backend, job.job_id)
+        _patch_status(backend, pod["metadata"]["name"], OOM_KILLED_POD)
+        _until(
+            "the Job watch to see the Job fail",
+            lambda: any(_failed(j) for j in _cached(watch, "jobs", job.job_id)),
+        )
+        assert not _cached(watch, "pods", job.job_id), "the pods stream did not lag"
+        polled = backend.poll([job.job_id])[job.job_id]
+        jobs = _list(backend, "jobs", job.job_id)
+        listed = job_state(jobs[0] if jobs else None, _list(backend, "pods", job.job_id))
+    assert (listed.phase, listed.reason, listed.exit_code) == ("exited", "OOMKilled", 137)
+    assert (polled.phase, polled.reason, polled.exit_code) == (
+        listed.phase,
+        listed.reason,
+        listed.exit_code,
+    )
+    job.cancel(wait=0)
