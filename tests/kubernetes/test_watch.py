@@ -41,7 +41,7 @@ from test_reliability import NOWHERE, _pod_of, _until
 
 @pytest.fixture(autouse=True)
 def fresh_watches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv(kube_watch.ENV_SWITCH, "1")  # opt-in (see watch.enabled)
+    monkeypatch.delenv(kube_watch.ENV_SWITCH, raising=False)  # on by default
     kube_watch.stop_all()
     yield
     kube_watch.stop_all()
@@ -302,7 +302,9 @@ def test_a_poll_while_the_pod_stream_lags_answers_what_a_list_answers(
             lambda: any(_failed(j) for j in _cached(watch, "jobs", job.job_id)),
         )
         assert not _cached(watch, "pods", job.job_id), "the pods stream did not lag"
+        torn = watch.kinds["pods"].torn
         polled = backend.poll([job.job_id])[job.job_id]
+        assert watch.kinds["pods"].torn == torn + 1, "the pods were not read at the Job's instant"
         jobs = _list(backend, "jobs", job.job_id)
         listed = job_state(jobs[0] if jobs else None, _list(backend, "pods", job.job_id))
     assert (listed.phase, listed.reason, listed.exit_code) == ("exited", "OOMKilled", 137)
@@ -311,4 +313,73 @@ def test_a_poll_while_the_pod_stream_lags_answers_what_a_list_answers(
         listed.reason,
         listed.exit_code,
     )
+    job.cancel(wait=0)
+
+
+RUNNING_POD = {
+    "phase": "Running",
+    "conditions": [{"type": "Ready", "status": "True"}],
+    "containerStatuses": [
+        {
+            "name": "runner",
+            "image": "x",
+            "imageID": "",
+            "ready": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+        }
+    ],
+}
+
+
+@pytest.mark.timeout(240)
+def test_a_quiet_stream_costs_one_list_per_change_not_one_per_poll(
+    kube: kc.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod starts running after its Job's last change, and nothing changes any Job
+    afterwards: the Jobs cache never reaches the pod's change. A poll reads the job's Job
+    by LIST at that instant, which shows the cached Job (confirmed); later polls answer
+    from the caches (no job read by LIST again)."""
+    monkeypatch.setattr(kube_watch, "FRESH_AFTER_WRITE", 0.0)
+    backend = _backend(kube)
+    watch = _synced_watch(backend)
+    job = kc.submit(k8s_fns.square, (3,), target=kube.merge(NOWHERE))
+    pod = _pod_of(backend, job.job_id)
+    _patch_status(backend, pod["metadata"]["name"], RUNNING_POD)
+    _until(
+        "the pods watch to see the pod run",
+        lambda: any(
+            p["status"].get("phase") == "Running" for p in _cached(watch, "pods", job.job_id)
+        ),
+    )
+
+    def from_the_caches() -> bool:
+        """One poll reads the job running without reading it by LIST."""
+        before = {k: w.torn for k, w in watch.kinds.items()}
+        phase = backend.poll([job.job_id])[job.job_id].phase
+        return phase == "running" and {k: w.torn for k, w in watch.kinds.items()} == before
+
+    # (the scheduler may still change the pod once: its own condition)
+    _until("a poll answered from the caches", from_the_caches)
+    assert watch.kinds["jobs"].confirms >= 1, "the Jobs cache was never confirmed"
+    for _ in range(3):
+        assert from_the_caches(), "a poll of a confirmed job read it by LIST"
+    job.cancel(wait=0)
+
+
+@pytest.mark.timeout(240)
+def test_a_job_no_cache_has_seen_yet_is_not_read_lost(
+    kube: kc.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both streams lag behind a launch: no cache holds anything of the job, which a
+    consistent but old instant says too. Status reads "not found" after a recorded launch
+    as a deleted job (Lost, for good), so a job no cache holds is LISTed: PENDING."""
+    monkeypatch.setattr(kube_watch, "FRESH_AFTER_WRITE", 0.0)
+    backend = _backend(kube)
+    watch = _synced_watch(backend)
+    with _lagging(monkeypatch, "jobs"), _lagging(monkeypatch, "pods"):
+        job = kc.submit(k8s_fns.square, (3,), target=kube.merge(NOWHERE))
+        assert not _cached(watch, "jobs", job.job_id), "the Jobs stream did not lag"
+        state = job.state()
+    assert state.status is kc.JobStatus.PENDING, state
     job.cancel(wait=0)
