@@ -20,6 +20,7 @@ from typing import Any
 
 import kinetic_core.backends.kubernetes.jobset as js
 from kinetic_core.backends import BackendState, LaunchSpec
+from kinetic_core.backends.kubernetes import watch as kube_watch
 from kinetic_core.backends.kubernetes.client import KubeApiError, KubeClient
 from kinetic_core.backends.kubernetes.manifest import (
     job_manifest,
@@ -315,11 +316,48 @@ class KubernetesBackend:
     def _watched(self, watch: NamespaceWatch, ids: list[str]) -> _Objects | None:
         """``_listed`` from the watch's caches, each job at one instant (``instant``). A job
         the caches hold at no common instant (its latest events are still on their way in
-        another stream) is read at the newest cache's resourceVersion (``_torn``). A job of
-        which no cache holds anything is LISTed: a cache may not have seen a launch yet
-        (absence is the one answer that a later event can take back), and status reads
-        "not found" after a recorded launch as a deleted job. None: the caches cannot
-        answer, or the server would not LIST at a version: LIST it all."""
+        another stream) waits up to ``TORN_WAIT`` for the lagging caches to reach the
+        newest one (``catch_up``); one still torn then is read at the newest cache's
+        resourceVersion (``_torn``). A job of which no cache holds anything is LISTed: a
+        cache may not have seen a launch yet (absence is the one answer that a later event
+        can take back), and status reads "not found" after a recorded launch as a deleted
+        job. None: the caches cannot answer, or the server would not LIST at a version:
+        LIST it all."""
+        deadline = time.monotonic() + kube_watch.TORN_WAIT
+        while True:
+            read = self._cached(watch, ids)
+            if read is None:
+                return None
+            views, torn, absent, asks_sets = read
+            left = deadline - time.monotonic()
+            at = max(view.at for view in views)
+            behind = [view.kind for view in views if view.at < at]
+            if not torn or not behind or left <= 0:
+                break
+            if not watch.catch_up(behind, at, left) and time.monotonic() < deadline:
+                break  # a cache stopped answering: read what is torn now by LIST
+        found: dict[str, list[dict[str, Any]]] = {"jobs": [], "pods": [], "jobsets": []}
+        apart = {*torn, *absent}
+        for view in views:
+            found[view.kind] += [o for i in ids if i not in apart for o in view.jobs[i].objects]
+        if torn:
+            try:
+                self._torn(watch, torn, views, found, asks_sets)
+            except _NotExact as exc:
+                log.debug("kinetic: %s; this poll LISTs", exc)
+                return None
+        if absent:
+            for kind, listed in zip(found, self._listed(sorted(absent)), strict=True):
+                found[kind] += listed
+        by_name = [sorted(found[k], key=lambda o: str(o["metadata"]["name"])) for k in found]
+        return by_name[0], by_name[1], by_name[2]
+
+    def _cached(
+        self, watch: NamespaceWatch, ids: list[str]
+    ) -> tuple[list[KindView], list[str], set[str], bool] | None:
+        """What the caches hold of ``ids`` now: their views, the jobs held at no common
+        instant (torn), the jobs no cache holds (absent), and whether JobSets are asked
+        for. None: a cache cannot answer."""
         jobs, pods = watch.view("jobs", ids), watch.view("pods", ids)
         if jobs is None or pods is None:
             return None
@@ -346,21 +384,7 @@ class KubernetesBackend:
                 held.append(sets.jobs[i])
             if instant(held) is None:
                 torn.append(i)
-        found: dict[str, list[dict[str, Any]]] = {"jobs": [], "pods": [], "jobsets": []}
-        apart = {*torn, *absent}
-        for view in views:
-            found[view.kind] += [o for i in ids if i not in apart for o in view.jobs[i].objects]
-        if torn:
-            try:
-                self._torn(watch, torn, views, found, asks_sets)
-            except _NotExact as exc:
-                log.debug("kinetic: %s; this poll LISTs", exc)
-                return None
-        if absent:
-            for kind, listed in zip(found, self._listed(sorted(absent)), strict=True):
-                found[kind] += listed
-        by_name = [sorted(found[k], key=lambda o: str(o["metadata"]["name"])) for k in found]
-        return by_name[0], by_name[1], by_name[2]
+        return views, torn, absent, asks_sets
 
     def _torn(
         self,

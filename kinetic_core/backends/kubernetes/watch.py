@@ -30,7 +30,10 @@ knows where it is (``KindWatch.at``: the resourceVersion of the last event, book
 relist it applied) and, per job, since when what it holds of the job is true (the
 resourceVersion of the job's last change there, or of the relist): ``Held``. A job is
 answered from the caches only at an instant where every kind it needs holds (``instant``);
-a job with none (its kinds "torn") is read by LIST at the newest cache's resourceVersion
+a job with none (its kinds "torn") first waits up to ``TORN_WAIT`` for the lagging caches to
+reach the newest one (``catch_up``: while jobs end, the other stream's next event or a
+bookmark comes soon; ``Backend.poll`` takes no deadline, so this bound is the whole cost of
+the wait); one still torn is read by LIST at the newest cache's resourceVersion
 (``resourceVersionMatch=Exact``) for the kinds behind it, so every answer is what one
 LIST at one instant would give. Where such a LIST shows what a lagging cache holds, the
 cache is ``confirm``-ed at that instant: the next poll answers from it, and a quiet stream
@@ -71,6 +74,11 @@ WATCH_SECONDS = 60  # the server ends each watch request after this: idle/relist
 RELIST_EVERY = 300.0  # the safety net: a full relist this often, whatever the events said
 IDLE_AFTER = 120.0  # no poll of the namespace for this long: its watches stop
 FRESH_AFTER_WRITE = 2.0  # a job this process wrote is LISTed this long after the write
+#: A poll that finds jobs torn first waits up to this long (seconds) for the lagging caches
+#: to reach the newest one (``NamespaceWatch.catch_up``); only the jobs still torn then are
+#: read by LIST. Each completion writes its pod, then its Job: while completions come in,
+#: the other stream's next event (or a bookmark) arrives well within this.
+TORN_WAIT = 0.2
 LIST_PAGE = 500
 
 
@@ -166,6 +174,8 @@ class NamespaceWatch:
         self.written: dict[str, float] = {}  # job id -> when this process last wrote it
         self.used = time.monotonic()
         self.wakeups = 0  # sleeps a watch event cut short
+        self.catch_ups = self.caught_up = 0  # polls that waited for lagging caches; of
+        # those, how many saw them get there (``catch_up``)
         self.sleeping = 0  # threads in ``wait`` now: the watch is in use
         self.stopped = False  # ``stop``: for good (the registry forgot it)
         self.listeners: set[Callable[[str], None]] = set()  # told each changed job id
@@ -236,6 +246,34 @@ class NamespaceWatch:
                 if sorted(map(_identity, objects)) == sorted(map(_identity, held.objects)):
                     watch.confirmed[job] = rv
                     watch.confirms += 1
+
+    def catch_up(self, kinds: Iterable[str], rv: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` until every one of ``kinds``' caches stands at ``rv`` or
+        later (an event or a bookmark of its stream got there): True when they do; False
+        at the timeout, or at once when one of them cannot answer (not synced, refused)."""
+        wanted = list(kinds)
+
+        def settled() -> bool | None:
+            """True: all there; False: one cannot answer; None: keep waiting."""
+            for kind in wanted:
+                watch = self.kinds.get(kind)
+                if watch is None or not watch.synced or watch.disabled or watch.at is None:
+                    return False
+                if watch.at < rv:
+                    return None
+            return True
+
+        with self.cond:
+            self.sleeping += 1  # in use: no idle stop meanwhile
+            try:
+                self.cond.wait_for(lambda: settled() is not None, max(0.0, timeout))
+                there = settled() is True
+                self.catch_ups += 1
+                self.caught_up += there
+                return there
+            finally:
+                self.sleeping -= 1
+                self.used = time.monotonic()
 
     def synced(self, kinds: Iterable[str] = ("jobs", "pods")) -> bool:
         with self.cond:
@@ -371,6 +409,7 @@ class NamespaceWatch:
         with self.cond:
             watch.failures += 1
             watch.synced, watch.response = False, None
+            self.cond.notify_all()  # a ``catch_up`` on it ends
 
     def _gone(self, watch: KindWatch) -> None:
         """410 Gone: the server no longer has our version; the cache stays until the
@@ -379,6 +418,7 @@ class NamespaceWatch:
             watch.gone += 1
             watch.rv = None
             watch.synced = False
+            self.cond.notify_all()  # a ``catch_up`` on it ends
 
     def _event(self, watch: KindWatch, event: dict[str, Any]) -> bool:
         """Apply one event; False when the stream must end (410 Gone: relist)."""
@@ -400,6 +440,7 @@ class NamespaceWatch:
             if rv:
                 watch.rv = rv
                 watch.at = revision(rv)
+                self.cond.notify_all()  # a bookmark moves ``at`` too: ``catch_up`` waits on it
         return not self._idle()
 
     def _mark(self, watch: KindWatch, rv: int | None, *objects: dict[str, Any] | None) -> None:
@@ -531,6 +572,7 @@ def stop_all() -> None:
 
 __all__ = [
     "ENV_SWITCH",
+    "TORN_WAIT",
     "Held",
     "KindView",
     "KindWatch",
