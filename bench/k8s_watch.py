@@ -9,9 +9,10 @@ not fit this machine, so no process runs, which the output says.
 
 One waiter in this process waits on all of them as ``wait_states`` does (``poll`` of
 every id, then ``sleep_until_change`` for ``--interval`` seconds), first with
-``KINETIC_K8S_WATCH=0`` (today's LIST per poll), then with the watch. Counted per mode
-(``KubeClient.stats``: every request of the backend's client, the watch's own LISTs and
-WATCH requests included):
+``KINETIC_K8S_WATCH=0`` (LIST per poll), then with the watch (the default). Counted per
+mode (``KubeClient.stats``: every request of the backend's client, the watch's own LISTs,
+WATCH requests and the LISTs at one resourceVersion of jobs whose Job and pod streams
+disagree included; those jobs are counted apart as "torn"):
 
 - steady state: API requests per minute over ``--seconds`` while nothing changes;
 - a wave: ``--wave`` (100) jobs complete (pod status Succeeded, Job Complete, written by
@@ -110,6 +111,11 @@ class Waiter(threading.Thread):
             self.backend.sleep_until_change(self.ids, self.interval)
 
 
+def torn() -> int:
+    """Jobs (per kind) the watch read by LIST at one resourceVersion so far (watch.py)."""
+    return sum(k.torn for w in kube_watch.watches() for k in w.kinds.values())
+
+
 def requests_per_minute(backend: KubernetesBackend, seconds: float) -> float:
     before = backend.client.stats.snapshot().requests
     time.sleep(seconds)
@@ -128,7 +134,7 @@ def run_mode(
     time.sleep(args.interval)  # past the first polls
     steady = requests_per_minute(backend, args.seconds)
     finished: dict[str, float] = {}
-    before = backend.client.stats.snapshot().requests
+    before, torn_before = backend.client.stats.snapshot().requests, torn()
     began = time.monotonic()
     for job_id in wave:  # spread over the first half of the window
         finish(writer, job_id)
@@ -136,6 +142,7 @@ def run_mode(
         time.sleep(args.seconds / 2 / len(wave))
     time.sleep(max(0.0, args.seconds - (time.monotonic() - began)))
     during = (backend.client.stats.snapshot().requests - before) * 60 / args.seconds
+    torn_reads = torn() - torn_before
     waiter.stop.set()
     kube_watch.stop_all()
     lags = [waiter.exited[j] - finished[j] for j in wave if j in waiter.exited]
@@ -146,6 +153,7 @@ def run_mode(
         "p50": statistics.median(lags) if lags else float("nan"),
         "p90": statistics.quantiles(lags, n=10)[-1] if len(lags) > 1 else float("nan"),
         "missed": missed,
+        "torn": torn_reads,
     }
 
 
@@ -189,12 +197,12 @@ def main() -> None:
     )
     print(
         f"{'mode':16} {'req/min steady':>15} {'req/min wave':>13} "
-        f"{'exit->seen p50':>15} {'p90':>8} {'missed':>7}"
+        f"{'exit->seen p50':>15} {'p90':>8} {'missed':>7} {'torn (wave)':>12}"
     )
     for name, r in rows.items():
         print(
             f"{name:16} {r['steady']:15.1f} {r['wave']:13.1f} {r['p50'] * 1000:13.0f}ms "
-            f"{r['p90'] * 1000:6.0f}ms {int(r['missed']):7d}"
+            f"{r['p90'] * 1000:6.0f}ms {int(r['missed']):7d} {int(r['torn']):12d}"
         )
     old, new = rows["polling (LIST)"], rows["watch"]
     print(

@@ -56,6 +56,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(autouse=True)
 def short_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Requests counted here are the call's own: no watch threads relisting beside it (the
+    # watch's errors and reconnects: test_watch.py).
+    monkeypatch.setenv("KINETIC_K8S_WATCH", "0")
     shortened = kube_client.API_RETRY.copy(stop=stop_after_attempt(ATTEMPTS), wait=wait_none())
     monkeypatch.setattr(kube_client, "API_RETRY", shortened)
 

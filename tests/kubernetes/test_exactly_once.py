@@ -233,3 +233,26 @@ def test_a_job_being_deleted_with_no_pod_left_is_not_pending() -> None:
     deleting = {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {}}
     assert job_state(deleting, []).phase == "not_found"
     assert job_state({"metadata": {}, "status": {}}, []).phase == "pending"
+
+
+def test_a_pod_that_ended_while_being_deleted_reads_as_gone() -> None:
+    """A pod deleted gracefully ends (exit 143 after its save) a moment before its final
+    delete: read then, with its Job already failed (its replacement refused to run the
+    function again), the job reads as once the pod is gone (Lost), not Error."""
+    from kinetic_core.backends.kubernetes.states import job_state
+
+    def pod(name: str, code: int, deleting: bool) -> dict[str, Any]:
+        terminated = {"terminated": {"exitCode": code, "reason": "Error"}}
+        meta: dict[str, Any] = {"name": name, "creationTimestamp": f"2026-01-01T00:00:0{code % 7}Z"}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:09Z"
+        status = {"name": "runner", "state": terminated}
+        return {"metadata": meta, "status": {"phase": "Failed", "containerStatuses": [status]}}
+
+    failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
+    job = {"metadata": {"name": "j"}, "status": {"conditions": [failed]}}
+    stopped, replacement = pod("first", 143, True), pod("second", 117, False)
+    assert job_state(job, [stopped, replacement]) == job_state(job, [replacement])
+    assert job_state(job, [stopped, replacement]).phase == "gone"
+    assert job_state(job, [stopped]) == job_state(job, [])
+    assert job_state(job, [pod("first", 143, False)]).reason == "Error"  # not being deleted

@@ -15,6 +15,7 @@ import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,17 +28,20 @@ from kinetic_core.backends import get_backend
 from kinetic_core.backends.kubernetes import KubernetesBackend
 from kinetic_core.backends.kubernetes import watch as kube_watch
 from kinetic_core.backends.kubernetes.client import USER_AGENT
+from kinetic_core.backends.kubernetes.states import job_state
 from kinetic_core.polling import poll_ticks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import k8s_fns
 from cluster.cluster import KINETIC_RULES, TestCluster
+from test_backend import _list, _patch_status
+from test_reliability import NOWHERE, _pod_of, _until
 
 
 @pytest.fixture(autouse=True)
 def fresh_watches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv(kube_watch.ENV_SWITCH, "1")  # opt-in (see watch.enabled)
+    monkeypatch.delenv(kube_watch.ENV_SWITCH, raising=False)  # on by default
     kube_watch.stop_all()
     yield
     kube_watch.stop_all()
@@ -216,3 +220,277 @@ def test_the_shared_poller_polls_a_job_when_the_watch_sees_it_change(
     state = asyncio.run(job.await_(timeout=200))
     assert state.status is kc.JobStatus.SUCCEEDED
     assert poller.polls - polls >= 2, "the job ended without a poll the watch caused"
+
+
+OOM_KILLED_POD = {
+    "phase": "Failed",
+    "conditions": [{"type": "Ready", "status": "False"}],
+    "containerStatuses": [
+        {
+            "name": "runner",
+            "image": "x",
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "state": {
+                "terminated": {
+                    "exitCode": 137,
+                    "reason": "OOMKilled",
+                    "startedAt": "2026-01-01T00:00:00Z",
+                    "finishedAt": "2026-01-01T00:00:05Z",
+                }
+            },
+        }
+    ],
+}
+
+
+@contextmanager
+def _lagging(monkeypatch: pytest.MonkeyPatch, kind: str) -> Iterator[None]:
+    """The ``kind`` watch applies no event inside the block (its thread waits before the
+    first one, the rest wait in its stream): that stream lags the others, as one stream
+    may lag another on a busy server. Every held event is applied after the block."""
+    release = threading.Event()
+    apply = kube_watch.NamespaceWatch._event
+
+    def held(self: kube_watch.NamespaceWatch, watch: Any, event: dict[str, Any]) -> bool:
+        if watch.kind == kind:
+            release.wait()
+        return apply(self, watch, event)
+
+    monkeypatch.setattr(kube_watch.NamespaceWatch, "_event", held)
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def _cached(watch: kube_watch.NamespaceWatch, kind: str, job_id: str) -> list[dict[str, Any]]:
+    with watch.cond:
+        return [
+            o
+            for o in watch.kinds[kind].objects.values()
+            if o["metadata"]["labels"].get(kube_watch.JOB_LABEL) == job_id
+        ]
+
+
+def _failed(job: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Failed" and c.get("status") == "True"
+        for c in job.get("status", {}).get("conditions") or []
+    )
+
+
+@pytest.mark.timeout(240)
+def test_a_poll_while_the_pod_stream_lags_answers_what_a_list_answers(
+    kube: kc.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Job's and its pods' events arrive on two streams. Here the pods stream lags: the
+    Job watch has seen the Job fail (its pod was OOMKilled) while the pods cache has not
+    seen the pod at all. A poll answers what a LIST answers (OOMKilled), never the pair
+    no LIST can show: a failed Job without a pod reads Preempted (its pod removed with its
+    node), a recoverable end that would start a second run of a job that ran out of memory."""
+    monkeypatch.setattr(kube_watch, "FRESH_AFTER_WRITE", 0.0)  # the cache, not the write's LIST
+    backend = _backend(kube)
+    watch = _synced_watch(backend)
+    with _lagging(monkeypatch, "pods"):
+        job = kc.submit(k8s_fns.square, (3,), target=kube.merge(NOWHERE))
+        pod = _pod_of(backend, job.job_id)
+        _patch_status(backend, pod["metadata"]["name"], OOM_KILLED_POD)
+        _until(
+            "the Job watch to see the Job fail",
+            lambda: any(_failed(j) for j in _cached(watch, "jobs", job.job_id)),
+        )
+        assert not _cached(watch, "pods", job.job_id), "the pods stream did not lag"
+        torn = watch.kinds["pods"].torn
+        polled = backend.poll([job.job_id])[job.job_id]
+        assert watch.kinds["pods"].torn == torn + 1, "the pods were not read at the Job's instant"
+        jobs = _list(backend, "jobs", job.job_id)
+        listed = job_state(jobs[0] if jobs else None, _list(backend, "pods", job.job_id))
+    assert (listed.phase, listed.reason, listed.exit_code) == ("exited", "OOMKilled", 137)
+    assert (polled.phase, polled.reason, polled.exit_code) == (
+        listed.phase,
+        listed.reason,
+        listed.exit_code,
+    )
+    job.cancel(wait=0)
+
+
+RUNNING_POD = {
+    "phase": "Running",
+    "conditions": [{"type": "Ready", "status": "True"}],
+    "containerStatuses": [
+        {
+            "name": "runner",
+            "image": "x",
+            "imageID": "",
+            "ready": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+        }
+    ],
+}
+
+
+@pytest.mark.timeout(240)
+def test_a_quiet_stream_costs_one_list_per_change_not_one_per_poll(
+    kube: kc.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod starts running after its Job's last change, and nothing changes any Job
+    afterwards: the Jobs cache never reaches the pod's change. A poll reads the job's Job
+    by LIST at that instant, which shows the cached Job (confirmed); later polls answer
+    from the caches (no job read by LIST again)."""
+    monkeypatch.setattr(kube_watch, "FRESH_AFTER_WRITE", 0.0)
+    backend = _backend(kube)
+    watch = _synced_watch(backend)
+    job = kc.submit(k8s_fns.square, (3,), target=kube.merge(NOWHERE))
+    pod = _pod_of(backend, job.job_id)
+    _patch_status(backend, pod["metadata"]["name"], RUNNING_POD)
+    _until(
+        "the pods watch to see the pod run",
+        lambda: any(
+            p["status"].get("phase") == "Running" for p in _cached(watch, "pods", job.job_id)
+        ),
+    )
+
+    def from_the_caches() -> bool:
+        """One poll reads the job running without reading it by LIST."""
+        before = {k: w.torn for k, w in watch.kinds.items()}
+        phase = backend.poll([job.job_id])[job.job_id].phase
+        return phase == "running" and {k: w.torn for k, w in watch.kinds.items()} == before
+
+    # (the scheduler may still change the pod once: its own condition)
+    _until("a poll answered from the caches", from_the_caches)
+    assert watch.kinds["jobs"].confirms >= 1, "the Jobs cache was never confirmed"
+    for _ in range(3):
+        assert from_the_caches(), "a poll of a confirmed job read it by LIST"
+    job.cancel(wait=0)
+
+
+@pytest.mark.timeout(240)
+def test_a_job_no_cache_has_seen_yet_is_not_read_lost(
+    kube: kc.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both streams lag behind a launch: no cache holds anything of the job, which a
+    consistent but old instant says too. Status reads "not found" after a recorded launch
+    as a deleted job (Lost, for good), so a job no cache holds is LISTed: PENDING."""
+    monkeypatch.setattr(kube_watch, "FRESH_AFTER_WRITE", 0.0)
+    backend = _backend(kube)
+    watch = _synced_watch(backend)
+    with _lagging(monkeypatch, "jobs"), _lagging(monkeypatch, "pods"):
+        job = kc.submit(k8s_fns.square, (3,), target=kube.merge(NOWHERE))
+        assert not _cached(watch, "jobs", job.job_id), "the Jobs stream did not lag"
+        state = job.state()
+    assert state.status is kc.JobStatus.PENDING, state
+    job.cancel(wait=0)
+
+
+SUCCEEDED_POD = {
+    "phase": "Succeeded",
+    "conditions": [{"type": "Ready", "status": "False"}],
+    "containerStatuses": [
+        {
+            "name": "runner",
+            "image": "x",
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "state": {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": "2026-01-01T00:00:00Z",
+                    "finishedAt": "2026-01-01T00:00:05Z",
+                }
+            },
+        }
+    ],
+}
+
+
+class _Waiter(threading.Thread):
+    """One wait on every id, as ``wait_states`` does (poll, then sleep until a change),
+    through its own backend (its own client: its own request count)."""
+
+    def __init__(self, backend: KubernetesBackend, ids: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.backend, self.ids = backend, ids
+        self.states: dict[str, Any] = {}
+        self.polled: list[int] = []  # the namespace's change count at the start of each poll
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            watch = kube_watch.namespace_watch(self.backend.client)
+            seq = watch.seq if watch is not None else -1
+            self.states = self.backend.poll(self.ids)
+            self.polled.append(seq)
+            self.backend.sleep_until_change(self.ids, 5.0)
+
+
+@pytest.mark.timeout(300)
+def test_a_wave_of_completions_costs_a_few_requests_not_some_per_job(
+    kube: kc.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twelve pods exit one after another, and the Job controller then writes each Job
+    (pod, Job, pod finalizer, Job...: events on two streams). Each event wakes a waiter
+    whose poll finds the job torn (its pod seen, its Job not yet, or the reverse); the
+    poll waits for the lagging stream (``TORN_WAIT``) instead of reading the job by LIST
+    at once. The wave costs the waiter a few requests in all, fewer than one per job
+    (reading each torn job at once cost about two per job), and every job reads what a
+    LIST reads (exited 0)."""
+    monkeypatch.setattr(kube_watch, "FRESH_AFTER_WRITE", 0.0)
+    n = 12
+    handles = [kc.submit(k8s_fns.square, (i,), target=kube.merge(NOWHERE)) for i in range(n)]
+    ids = [h.job_id for h in handles]
+    writer = _backend(kube)
+    pods = [_pod_of(writer, i)["metadata"]["name"] for i in ids]
+    backend = KubernetesBackend(kube.resolve())
+    watch = _synced_watch(backend)
+
+    def requests() -> int:
+        return backend.client.stats.snapshot().requests
+
+    def quiet() -> bool:
+        """A poll of every id reads them all from the caches (no request)."""
+        before = requests()
+        backend.poll(ids)
+        return requests() == before
+
+    _until("a poll answered from the caches", quiet)
+    waiter = _Waiter(backend, ids)
+    before, torn = requests(), sum(k.torn for k in watch.kinds.values())
+    waiter.start()
+    try:
+        for pod in pods:
+            _patch_status(writer, pod, SUCCEEDED_POD)
+
+        def done() -> bool:
+            """Every Job complete in the cache, and a poll since the last change ended."""
+            complete = all(
+                any(
+                    c.get("type") == "Complete" and c.get("status") == "True"
+                    for j in _cached(watch, "jobs", i)
+                    for c in j.get("status", {}).get("conditions") or []
+                )
+                for i in ids
+            )
+            return complete and len(waiter.polled) >= 2 and waiter.polled[-2] == watch.seq
+
+        _until("the wave to end and the waiter to poll after it", done)
+        made = requests() - before
+        listed = sum(k.torn for k in watch.kinds.values()) - torn
+    finally:
+        waiter.stop.set()
+    states = waiter.states
+    assert all((states[i].phase, states[i].exit_code) == ("exited", 0) for i in ids), states
+    for i in ids:
+        jobs = _list(writer, "jobs", i)
+        listed_state = job_state(jobs[0] if jobs else None, _list(writer, "pods", i))
+        assert (listed_state.phase, listed_state.exit_code) == ("exited", 0)
+    # Reading each torn job by LIST at once made about two requests per job (23 for 12);
+    # waiting for the lagging stream made 4 to 7 here: a LIST only where a stream stayed
+    # quiet for TORN_WAIT, batched over every job torn then.
+    assert made < n, f"{made} requests for a wave of {n} completions ({listed} jobs LISTed)"
+    for h in handles:
+        h.cancel(wait=0)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import kinetic_core.backends.kubernetes.jobset as js
 from kinetic_core.backends import BackendState, LaunchSpec
+from kinetic_core.backends.kubernetes import watch as kube_watch
 from kinetic_core.backends.kubernetes.client import KubeApiError, KubeClient
 from kinetic_core.backends.kubernetes.manifest import (
     job_manifest,
@@ -33,7 +34,13 @@ from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
 from kinetic_core.backends.kubernetes.port_forward import port_forward
 from kinetic_core.backends.kubernetes.slice_states import jobset_state
 from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
-from kinetic_core.backends.kubernetes.watch import NamespaceWatch, namespace_watch
+from kinetic_core.backends.kubernetes.watch import (
+    KindView,
+    NamespaceWatch,
+    instant,
+    namespace_watch,
+    revision,
+)
 from kinetic_core.config import DEFAULT_LOST_GRACE, DEFAULT_STORAGE, Target
 from kinetic_core.errors import BackendError, ConfigError, PermissionDenied, SubmissionError
 from kinetic_core.ports import PortForward, PortSpec
@@ -58,6 +65,27 @@ def _pod_template(manifest: dict[str, Any]) -> dict[str, Any]:
     if manifest["kind"] == "JobSet":
         return dict(manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"])
     return dict(manifest["spec"]["template"])
+
+
+# A poll's objects: the Jobs, Pods and JobSets of its ids.
+_Objects = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]
+
+
+def _job_id(obj: dict[str, Any]) -> str:
+    return str((obj["metadata"].get("labels") or {}).get("kinetic/job-id", ""))
+
+
+def _plain_ids(jobs: Iterable[dict[str, Any]]) -> set[str]:
+    """The job ids whose (first) Job in ``jobs`` is a plain Job, not a JobSet's child."""
+    first: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        first.setdefault(_job_id(job), job)
+    return {i for i, j in first.items() if js.JOBSET_NAME not in j["metadata"]["labels"]}
+
+
+class _NotExact(Exception):
+    """The server would not LIST at the resourceVersion asked (compacted, or a server
+    without ``resourceVersionMatch``): that poll LISTs instead."""
 
 
 class _JobAbsent(Exception):
@@ -239,36 +267,27 @@ class KubernetesBackend:
 
     # ---- poll ---------------------------------------------------------------------------
     def poll(self, job_ids: list[str]) -> dict[str, BackendState]:
-        """The Jobs and Pods of ``job_ids`` (from the watch's cache, else one LIST of each,
-        selected by the ids); where a watched id has no plain Job (a multi-host or queued
-        job, or none), its JobSets likewise, and for queued JobSets not yet admitted one
-        LIST of their Workloads."""
+        """The Jobs and Pods of ``job_ids`` (from the watch's caches, each job at one instant
+        of the server, else one LIST of each, selected by the ids); where a watched id has no
+        plain Job (a multi-host or queued job, or none), its JobSets likewise, and for queued
+        JobSets not yet admitted one LIST of their Workloads."""
         # An id that is no label value cannot have been launched (its Job would be invalid).
         ids = sorted({j for j in job_ids if valid_labels({"id": j})})
         watch = namespace_watch(self.client)
         if watch is not None:
             watch.mark_read()
             watch.listen(self._listeners)
-        jobs = self._objects(watch, "jobs", ids)
-        pods = self._objects(watch, "pods", ids)
+        read = self._watched(watch, ids) if watch is not None and ids else None
+        jobs, pods, sets = read if read is not None else self._listed(ids)
         jobs_by_id: dict[str, list[dict[str, Any]]] = {}
         for job in jobs:
-            jobs_by_id.setdefault(job["metadata"]["labels"].get("kinetic/job-id"), []).append(job)
-        plain = {
-            i: j[0]
-            for i, j in jobs_by_id.items()
-            if js.JOBSET_NAME not in j[0]["metadata"]["labels"]
-        }
-        others = [i for i in ids if i not in plain]
-        jobsets: dict[str, dict[str, Any]] = {}
-        if others and self.client.serves(js.GROUP, js.VERSION):
-            for item in self._objects(watch, "jobsets", others):
-                jobsets[item["metadata"]["labels"].get("kinetic/job-id")] = item
+            jobs_by_id.setdefault(_job_id(job), []).append(job)
+        plain = {i: jobs_by_id[i][0] for i in _plain_ids(jobs)}
+        jobsets = {_job_id(s): s for s in sets if _job_id(s) not in plain}
         workloads = self._workloads(list(jobsets.values()))
         pods_by_job: dict[str, list[dict[str, Any]]] = {}
         for pod in pods:
-            job_id = pod["metadata"]["labels"].get("kinetic/job-id", "")
-            pods_by_job.setdefault(job_id, []).append(pod)
+            pods_by_job.setdefault(_job_id(pod), []).append(pod)
         nodes = self._nodes_of(pods)
         out: dict[str, BackendState] = {}
         for job_id in job_ids:
@@ -284,13 +303,124 @@ class KubernetesBackend:
                 out[job_id] = job_state(plain.get(job_id), its_pods, nodes, self.lost_grace)
         return out
 
-    def _objects(
-        self, watch: NamespaceWatch | None, plural: str, ids: list[str]
-    ) -> list[dict[str, Any]]:
-        """``plural`` objects of ``ids``: the watch's cache when it can answer, else a LIST
-        (the same objects, in the same order: the states do not depend on the source)."""
-        cached = watch.objects(plural, ids) if watch is not None and ids else None
-        return cached if cached is not None else self._list(plural, ids)
+    def _listed(self, ids: list[str]) -> _Objects:
+        """The Jobs, Pods and (for the ids without a plain Job, where JobSet is served)
+        JobSets of ``ids``, by LIST."""
+        jobs = self._list("jobs", ids)
+        pods = self._list("pods", ids)
+        have = _plain_ids(jobs)
+        others = [i for i in ids if i not in have]
+        serves = bool(others) and self.client.serves(js.GROUP, js.VERSION)
+        return jobs, pods, self._list("jobsets", others) if serves else []
+
+    def _watched(self, watch: NamespaceWatch, ids: list[str]) -> _Objects | None:
+        """``_listed`` from the watch's caches, each job at one instant (``instant``). A job
+        the caches hold at no common instant (its latest events are still on their way in
+        another stream) waits up to ``TORN_WAIT`` for the lagging caches to reach the
+        newest one (``catch_up``); one still torn then is read at the newest cache's
+        resourceVersion (``_torn``). A job of which no cache holds anything is LISTed: a
+        cache may not have seen a launch yet (absence is the one answer that a later event
+        can take back), and status reads "not found" after a recorded launch as a deleted
+        job. None: the caches cannot answer, or the server would not LIST at a version:
+        LIST it all."""
+        deadline = time.monotonic() + kube_watch.TORN_WAIT
+        while True:
+            read = self._cached(watch, ids)
+            if read is None:
+                return None
+            views, torn, absent, asks_sets = read
+            left = deadline - time.monotonic()
+            at = max(view.at for view in views)
+            behind = [view.kind for view in views if view.at < at]
+            if not torn or not behind or left <= 0:
+                break
+            if not watch.catch_up(behind, at, left) and time.monotonic() < deadline:
+                break  # a cache stopped answering: read what is torn now by LIST
+        found: dict[str, list[dict[str, Any]]] = {"jobs": [], "pods": [], "jobsets": []}
+        apart = {*torn, *absent}
+        for view in views:
+            found[view.kind] += [o for i in ids if i not in apart for o in view.jobs[i].objects]
+        if torn:
+            try:
+                self._torn(watch, torn, views, found, asks_sets)
+            except _NotExact as exc:
+                log.debug("kinetic: %s; this poll LISTs", exc)
+                return None
+        if absent:
+            for kind, listed in zip(found, self._listed(sorted(absent)), strict=True):
+                found[kind] += listed
+        by_name = [sorted(found[k], key=lambda o: str(o["metadata"]["name"])) for k in found]
+        return by_name[0], by_name[1], by_name[2]
+
+    def _cached(
+        self, watch: NamespaceWatch, ids: list[str]
+    ) -> tuple[list[KindView], list[str], set[str], bool] | None:
+        """What the caches hold of ``ids`` now: their views, the jobs held at no common
+        instant (torn), the jobs no cache holds (absent), and whether JobSets are asked
+        for. None: a cache cannot answer."""
+        jobs, pods = watch.view("jobs", ids), watch.view("pods", ids)
+        if jobs is None or pods is None:
+            return None
+        others = {i for i in ids if not _plain_ids(jobs.jobs[i].objects)}
+        asks_sets = bool(others) and self.client.serves(js.GROUP, js.VERSION)
+        sets = watch.view("jobsets", ids) if asks_sets else None  # None while it syncs
+        views = [v for v in (jobs, pods, sets) if v is not None]
+        absent = {  # nothing in any cache that counts (an unsynced JobSet cache knows nothing)
+            i
+            for i in ids
+            if not jobs.jobs[i].objects
+            and not pods.jobs[i].objects
+            and (not asks_sets or sets is None or not sets.jobs[i].objects)
+        }
+        torn = []
+        for i in ids:
+            if i in absent:
+                continue
+            held = [jobs.jobs[i], pods.jobs[i]]
+            if i in others and asks_sets:
+                if sets is None:
+                    torn.append(i)
+                    continue
+                held.append(sets.jobs[i])
+            if instant(held) is None:
+                torn.append(i)
+        return views, torn, absent, asks_sets
+
+    def _torn(
+        self,
+        watch: NamespaceWatch,
+        torn: list[str],
+        views: list[KindView],
+        found: dict[str, list[dict[str, Any]]],
+        asks_sets: bool,
+    ) -> None:
+        """Read the ``torn`` jobs at the newest cache's resourceVersion into ``found``: each
+        kind from its cache where that holds there, else by a LIST at exactly that version,
+        which confirms the cache of each job whose objects it shows as cached (the next
+        poll answers from it). JobSets for those without a plain Job then."""
+        at = max(view.at for view in views)
+        by_kind = {view.kind: view for view in views}
+        for kind in ("jobs", "pods", "jobsets"):
+            wanted = torn
+            if kind == "jobsets":
+                plain = _plain_ids(found["jobs"])
+                wanted = [i for i in torn if i not in plain]
+                if not wanted or not (asks_sets or self.client.serves(js.GROUP, js.VERSION)):
+                    continue
+            view = by_kind.get(kind)
+            cached = [i for i in wanted if view is not None and view.jobs[i].holds_at(at)]
+            if view is not None:
+                found[kind] += [o for i in cached for o in view.jobs[i].objects]
+            behind = [i for i in wanted if i not in cached]
+            if not behind:
+                continue
+            listed = self._list(kind, behind, at=at)
+            found[kind] += listed
+            if view is not None:
+                by_id: dict[str, list[dict[str, Any]]] = {i: [] for i in behind}
+                for obj in listed:
+                    by_id.setdefault(_job_id(obj), []).append(obj)
+                watch.confirm(view, at, by_id)
 
     def _wrote(self, job_id: str) -> None:
         """This process wrote the job's objects: its polls read them from the server until
@@ -299,13 +429,26 @@ class KubernetesBackend:
         if watch is not None:
             watch.wrote(job_id)
 
-    def _list(self, plural: str, ids: list[str]) -> list[dict[str, Any]]:
-        """``plural`` objects labelled with one of ``ids``, in chunks of ``POLL_CHUNK``."""
+    def _list(self, plural: str, ids: list[str], at: int | None = None) -> list[dict[str, Any]]:
+        """``plural`` objects labelled with one of ``ids``, in chunks of ``POLL_CHUNK``;
+        with ``at``, as they were at exactly that resourceVersion (``_NotExact`` where the
+        server will not say: compacted, or a server that ignores the parameter)."""
         items: list[dict[str, Any]] = []
         for start in range(0, len(ids), POLL_CHUNK):
             chunk = ",".join(ids[start : start + POLL_CHUNK])
             query = {"labelSelector": f"app=kinetic,kinetic/job-id in ({chunk})"}
-            items += self.client.call("GET", self.client.ns(plural), query=query)["items"]
+            if at is not None:
+                query |= {"resourceVersion": str(at), "resourceVersionMatch": "Exact"}
+            try:
+                page = self.client.call("GET", self.client.ns(plural), query=query)
+            except KubeApiError as exc:
+                if at is None or exc.transient:
+                    raise
+                raise _NotExact(f"cannot LIST {plural} at resourceVersion {at}: {exc}") from exc
+            answered = (page.get("metadata") or {}).get("resourceVersion")
+            if at is not None and revision(answered) != at:
+                raise _NotExact(f"the LIST of {plural} at {at} answered at {answered}")
+            items += page["items"]
         return items
 
     def _workloads(self, jobsets: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -138,6 +138,18 @@ def alive(pod: dict[str, Any]) -> bool:
     return not kinetic_container_status(status).get("state", {}).get("terminated")
 
 
+def leaving(pod: dict[str, Any]) -> bool:
+    """A pod that ended while being deleted (not disrupted): what happens to it next is its
+    final delete (the kubelet's, once its containers stopped), so it reads as already
+    gone. Read as it stands, a pod deleted gracefully would make its job ``Error`` (the
+    exit of the SIGTERM that the deletion sent) for the moment before that delete, where
+    every read after it says the job lost its process (``Lost``, recoverable); a reader
+    woken by the pod's last event reads exactly that moment."""
+    if alive(pod) or not pod.get("metadata", {}).get("deletionTimestamp"):
+        return False
+    return disrupted(pod.get("status", {})) is None
+
+
 def refused(pod: dict[str, Any]) -> bool:
     """A pod whose runner would not run the function (another process of the job ran it:
     this pod replaced a deleted one). It says nothing about how the job ended."""
@@ -162,10 +174,12 @@ def job_state(
     Every pod carrying the job's label counts, whether or not its Job still exists: while
     one may still run the job's process the job is pending or running (never ended, never
     lost), so nothing starts another run beside it. Of the pods that ended, one that
-    refused to run the function again says nothing about the job."""
+    refused to run the function again says nothing about the job, and one that ended while
+    being deleted counts as gone (``leaving``)."""
     live = sorted((p for p in pods if alive(p)), key=_created)
     if live:
         return _live_state(job, live, nodes or {}, lost_grace)
+    pods = [p for p in pods if not leaving(p)]
     ended = [p for p in pods if not refused(p)]
     if job is None:
         return BackendState(

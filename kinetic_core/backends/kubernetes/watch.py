@@ -6,6 +6,7 @@ kind kinetic reads (Jobs and Pods labelled ``app=kinetic``; JobSets once a poll 
 them) is watched once per process by a daemon thread, shared by every backend instance
 and waiter of that namespace; each event updates an in-memory cache and wakes the
 waiters whose jobs it touches (``NamespaceWatch.wait``, behind ``sleep_until_change``).
+On by default; ``KINETIC_K8S_WATCH=0`` switches it off (every poll LISTs).
 
 The bookkeeping of a reflector: a LIST (paged) gives the objects and a resourceVersion,
 the WATCH resumes from it (bookmarks keep it fresh); ``410 Gone`` (the server no longer
@@ -13,14 +14,38 @@ holds that version) relists; a dropped connection reconnects from the last versi
 with the one backoff of ``kinetic_core.retrying``; a relist every ``RELIST_EVERY`` is the
 safety net. A kind's cache is used only while its watch is connected and synced,
 otherwise ``poll`` LISTs as before; a watch refused by RBAC (no ``watch`` verb) or
-switched off (``KINETIC_K8S_WATCH=0``) leaves LIST in charge (a refusal with one
-warning). A watch nobody polled or slept on for ``IDLE_AFTER`` stops; the next poll
-starts it again.
+switched off leaves LIST in charge (a refusal with one warning). A watch nobody polled
+or slept on for ``IDLE_AFTER`` stops; the next poll starts it again.
 
 The cache holds the same objects a label-selected LIST returns (ordered by name, as
 the server lists them), so the states computed from them are the same functions of the
 same inputs. For a job this process just wrote (launch, cancel), polls LIST for
 ``FRESH_AFTER_WRITE`` seconds: the write's own events may not have arrived yet.
+
+One instant per job. A job's state combines kinds (its Job and its pods; a JobSet) whose
+events arrive on separate streams, so the caches can stand at different points of the
+server's history: the Job watch has seen the Job fail while the pods cache has not yet
+seen its pod (a failed Job without a pod reads Preempted), or the reverse. So each cache
+knows where it is (``KindWatch.at``: the resourceVersion of the last event, bookmark or
+relist it applied) and, per job, since when what it holds of the job is true (the
+resourceVersion of the job's last change there, or of the relist): ``Held``. A job is
+answered from the caches only at an instant where every kind it needs holds (``instant``);
+a job with none (its kinds "torn") first waits up to ``TORN_WAIT`` for the lagging caches to
+reach the newest one (``catch_up``: while jobs end, the other stream's next event or a
+bookmark comes soon; ``Backend.poll`` takes no deadline, so this bound is the whole cost of
+the wait); one still torn is read by LIST at the newest cache's resourceVersion
+(``resourceVersionMatch=Exact``) for the kinds behind it, so every answer is what one
+LIST at one instant would give. Where such a LIST shows what a lagging cache holds, the
+cache is ``confirm``-ed at that instant: the next poll answers from it, and a quiet stream
+(one whose bookmarks carry an old version: the server's watch cache of that resource saw
+nothing newer) costs one small LIST per change of a job, not one per poll.
+
+This compares resourceVersions of different kinds as integers, which the Kubernetes API
+calls opaque: every kube-apiserver so far (1.20, the test cluster, through today's) sets
+them to the etcd revision of the write, one counter for every kind stored in one etcd, so
+"newer than" holds across Jobs, Pods and JobSets unless a server stores them in separate
+etcds (``--etcd-servers-overrides``; providers split off at most Events). A cache whose
+resourceVersion is no integer is never used: such a server is polled by LIST.
 """
 
 from __future__ import annotations
@@ -31,7 +56,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kinetic_core.backends.kubernetes.client import KubeApiError, KubeClient
@@ -48,6 +74,11 @@ WATCH_SECONDS = 60  # the server ends each watch request after this: idle/relist
 RELIST_EVERY = 300.0  # the safety net: a full relist this often, whatever the events said
 IDLE_AFTER = 120.0  # no poll of the namespace for this long: its watches stop
 FRESH_AFTER_WRITE = 2.0  # a job this process wrote is LISTed this long after the write
+#: A poll that finds jobs torn first waits up to this long (seconds) for the lagging caches
+#: to reach the newest one (``NamespaceWatch.catch_up``); only the jobs still torn then are
+#: read by LIST. Each completion writes its pod, then its Job: while completions come in,
+#: the other stream's next event (or a bookmark) arrives well within this.
+TORN_WAIT = 0.2
 LIST_PAGE = 500
 
 
@@ -62,12 +93,50 @@ def reconnects_after(exc: BaseException) -> bool:
 
 
 def enabled() -> bool:
-    """Whether watching is on (``KINETIC_K8S_WATCH=1``, read at every poll). Off by default
-    for now: a Job's and its pods' events arrive on two streams, and a status read between
-    them can see a failed Job beside a pod its LIST would no longer show (a gracefully
-    deleted pod read ``Error`` instead of recovering, tests/kubernetes/test_exactly_once.py);
-    LIST reads both in one go."""
-    return os.environ.get(ENV_SWITCH, "0").strip().lower() in ("1", "true", "yes", "on")
+    """Whether watching is on: yes unless ``KINETIC_K8S_WATCH`` is ``0`` (``false``, ``no``,
+    ``off``), read at every poll. A poll reads each job at one instant of the server across
+    the Job and Pod (and JobSet) streams (see the module docstring), as a LIST does."""
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def revision(rv: Any) -> int | None:
+    """A resourceVersion as the etcd revision it is (None when it is not an integer)."""
+    try:
+        return int(str(rv))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Held:
+    """What one kind's cache holds of one job, and when that was the server's truth: from
+    ``since`` (the job's last change there, or the cache's relist) up to ``until`` (where
+    the cache stands), and at ``confirmed`` (a LIST at that resourceVersion showed it)."""
+
+    objects: tuple[dict[str, Any], ...]
+    since: int
+    until: int
+    confirmed: int | None = None
+
+    def holds_at(self, rv: int) -> bool:
+        return self.since <= rv and (rv <= self.until or rv == self.confirmed)
+
+
+def instant(held: Sequence[Held]) -> int | None:
+    """The latest resourceVersion at which every one of ``held`` (a job's kinds) holds:
+    what they say together is what a LIST at that instant says. None: they are torn."""
+    candidates = {min(h.until for h in held)} | {h.confirmed for h in held if h.confirmed}
+    return max((rv for rv in candidates if all(h.holds_at(rv) for h in held)), default=None)
+
+
+@dataclass(frozen=True)
+class KindView:
+    """One kind's cache as a poll sees it: where it stands (``at``) and what it holds of
+    each job asked for."""
+
+    kind: str
+    at: int
+    jobs: dict[str, Held]
 
 
 class KindWatch:
@@ -82,8 +151,15 @@ class KindWatch:
         self.thread: threading.Thread | None = None
         self.response: Any = None  # the open watch response (closing it ends the stream)
         self.listed_at = 0.0
+        # Where the cache stands in the server's history (resourceVersions as revisions):
+        self.at: int | None = None  # the last event, bookmark or relist applied
+        self.since = 0  # the last relist: what the cache holds is known true from there
+        self.changed: dict[str, int] = {}  # job id -> its last change here since the relist
+        self.confirmed: dict[str, int] = {}  # job id -> a LIST at this rv showed what we hold
         # What it cost and did: the tests and bench/k8s_watch.py read these.
         self.lists = self.watches = self.gone = self.failures = 0
+        self.torn = self.confirms = 0  # jobs of this kind read by LIST at an instant; of
+        # those, how many the LIST showed as the cache held them (confirmed there)
 
 
 class NamespaceWatch:
@@ -98,6 +174,8 @@ class NamespaceWatch:
         self.written: dict[str, float] = {}  # job id -> when this process last wrote it
         self.used = time.monotonic()
         self.wakeups = 0  # sleeps a watch event cut short
+        self.catch_ups = self.caught_up = 0  # polls that waited for lagging caches; of
+        # those, how many saw them get there (``catch_up``)
         self.sleeping = 0  # threads in ``wait`` now: the watch is in use
         self.stopped = False  # ``stop``: for good (the registry forgot it)
         self.listeners: set[Callable[[str], None]] = set()  # told each changed job id
@@ -120,26 +198,82 @@ class NamespaceWatch:
         with self.cond:
             self.written[job_id] = time.monotonic()
 
-    def objects(self, kind: str, ids: Iterable[str]) -> list[dict[str, Any]] | None:
-        """The cached ``kind`` objects of ``ids`` (ordered by name), or None when the
-        cache cannot answer (not synced yet, refused, a job just written): LIST then.
-        Starts the kind's watch on first use."""
+    def view(self, kind: str, ids: Iterable[str]) -> KindView | None:
+        """What the ``kind`` cache holds of ``ids`` and since when (``Held``), or None when
+        it cannot answer (not synced yet, refused, a job just written, a resourceVersion
+        that is no integer): LIST then. Starts the kind's watch on first use."""
         wanted = set(ids)
         now = time.monotonic()
         with self.cond:
             self.used = now
             watch = self._started(kind)
-            if not watch.synced or watch.disabled:
+            if not watch.synced or watch.disabled or watch.at is None:
                 return None
             self.written = {j: t for j, t in self.written.items() if now - t < FRESH_AFTER_WRITE}
             if wanted & self.written.keys():
                 return None
-            found = [
-                o
-                for o in watch.objects.values()
-                if (o["metadata"].get("labels") or {}).get(JOB_LABEL) in wanted
-            ]
-        return sorted(found, key=lambda o: str(o["metadata"]["name"]))
+            found: dict[str, list[dict[str, Any]]] = {j: [] for j in wanted}
+            for obj in watch.objects.values():
+                job = (obj["metadata"].get("labels") or {}).get(JOB_LABEL)
+                if job in found:
+                    found[job].append(obj)
+            held = {
+                job: Held(
+                    tuple(sorted(objs, key=lambda o: str(o["metadata"]["name"]))),
+                    since=max(watch.changed.get(job, 0), watch.since),
+                    until=watch.at,
+                    confirmed=watch.confirmed.get(job),
+                )
+                for job, objs in found.items()
+            }
+            return KindView(kind, watch.at, held)
+
+    def confirm(self, view: KindView, rv: int, listed: dict[str, list[dict[str, Any]]]) -> None:
+        """A LIST at ``rv`` showed ``listed`` (by job id) of ``view``'s kind: where that is
+        what the cache held in ``view`` (and it has not changed since), the cache holds at
+        ``rv`` too, and reads of the job answer from it at that instant."""
+        with self.cond:
+            watch = self.kinds.get(view.kind)
+            if watch is None:
+                return
+            watch.torn += len(listed)
+            for job, objects in listed.items():
+                held = view.jobs.get(job)
+                if held is None or watch.since > held.until:
+                    continue  # relisted since the view: what it held may be gone
+                if watch.changed.get(job, 0) > held.until:
+                    continue  # changed since the view
+                if sorted(map(_identity, objects)) == sorted(map(_identity, held.objects)):
+                    watch.confirmed[job] = rv
+                    watch.confirms += 1
+
+    def catch_up(self, kinds: Iterable[str], rv: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` until every one of ``kinds``' caches stands at ``rv`` or
+        later (an event or a bookmark of its stream got there): True when they do; False
+        at the timeout, or at once when one of them cannot answer (not synced, refused)."""
+        wanted = list(kinds)
+
+        def settled() -> bool | None:
+            """True: all there; False: one cannot answer; None: keep waiting."""
+            for kind in wanted:
+                watch = self.kinds.get(kind)
+                if watch is None or not watch.synced or watch.disabled or watch.at is None:
+                    return False
+                if watch.at < rv:
+                    return None
+            return True
+
+        with self.cond:
+            self.sleeping += 1  # in use: no idle stop meanwhile
+            try:
+                self.cond.wait_for(lambda: settled() is not None, max(0.0, timeout))
+                there = settled() is True
+                self.catch_ups += 1
+                self.caught_up += there
+                return there
+            finally:
+                self.sleeping -= 1
+                self.used = time.monotonic()
 
     def synced(self, kinds: Iterable[str] = ("jobs", "pods")) -> bool:
         with self.cond:
@@ -275,6 +409,7 @@ class NamespaceWatch:
         with self.cond:
             watch.failures += 1
             watch.synced, watch.response = False, None
+            self.cond.notify_all()  # a ``catch_up`` on it ends
 
     def _gone(self, watch: KindWatch) -> None:
         """410 Gone: the server no longer has our version; the cache stays until the
@@ -283,6 +418,7 @@ class NamespaceWatch:
             watch.gone += 1
             watch.rv = None
             watch.synced = False
+            self.cond.notify_all()  # a ``catch_up`` on it ends
 
     def _event(self, watch: KindWatch, event: dict[str, Any]) -> bool:
         """Apply one event; False when the stream must end (410 Gone: relist)."""
@@ -300,9 +436,20 @@ class NamespaceWatch:
                 if kind != "DELETED":
                     watch.objects[name] = obj
                 self._touch(old, obj)
+                self._mark(watch, revision(rv), old, obj)
             if rv:
                 watch.rv = rv
+                watch.at = revision(rv)
+                self.cond.notify_all()  # a bookmark moves ``at`` too: ``catch_up`` waits on it
         return not self._idle()
+
+    def _mark(self, watch: KindWatch, rv: int | None, *objects: dict[str, Any] | None) -> None:
+        """Note the resourceVersion at which the jobs of ``objects`` last changed in this
+        kind (a DELETED event's object carries the deletion's version) (under cond)."""
+        for obj in objects:
+            job = None if obj is None else (obj["metadata"].get("labels") or {}).get(JOB_LABEL)
+            if job and rv is not None:
+                watch.changed[job] = max(watch.changed.get(job, 0), rv)
 
     def _touch(self, *objects: dict[str, Any] | None) -> None:
         """Note a change of the jobs of ``objects`` and wake their waiters (under cond)."""
@@ -339,6 +486,11 @@ class NamespaceWatch:
                     self._touch(old, new)
             watch.objects = items
             watch.rv = rv
+            watch.at = revision(rv)
+            # What the watch missed before this LIST is unknown: every job's objects here
+            # are known true from the LIST's version on (older change marks say nothing).
+            watch.since = watch.at or 0
+            watch.changed, watch.confirmed = {}, {}
             watch.listed_at = time.monotonic()
             self._forget_gone_jobs()
 
@@ -355,6 +507,11 @@ class NamespaceWatch:
 
 def _version(obj: dict[str, Any] | None) -> str | None:
     return None if obj is None else str(obj["metadata"].get("resourceVersion"))
+
+
+def _identity(obj: dict[str, Any]) -> tuple[str, str]:
+    """An object at one version: its name and resourceVersion (any write changes it)."""
+    return str(obj["metadata"]["name"]), str(obj["metadata"].get("resourceVersion"))
 
 
 def _close(response: Any) -> None:
@@ -415,10 +572,15 @@ def stop_all() -> None:
 
 __all__ = [
     "ENV_SWITCH",
+    "TORN_WAIT",
+    "Held",
+    "KindView",
     "KindWatch",
     "NamespaceWatch",
     "enabled",
+    "instant",
     "namespace_watch",
+    "revision",
     "stop_all",
     "watches",
 ]
