@@ -14,6 +14,7 @@ that event, and only that process fires it: once per transition however many obs
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -62,6 +63,7 @@ class Transition:
         return data
 
 
+@functools.lru_cache(maxsize=1024)
 def entry_name(status: JobStatus, reason: str | None) -> str:
     """``RUNNING-none``, ``PENDING-Unschedulable``: safe as a path segment whatever the
     backend's reason says."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import _thread
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -151,6 +152,12 @@ class JobHandle:
 
     def _storage(self) -> Storage:
         return open_storage(self.storage)
+
+    @functools.cached_property
+    def target_key(self) -> str:
+        """The stored target as one string, computed once: status resolution groups the
+        jobs it polls by it (a shared poller asks thousands of times a second)."""
+        return json.dumps(self.target, sort_keys=True, default=repr)
 
     def _path(self, name: str) -> str:
         return layout.job_file(self.job_id, name)

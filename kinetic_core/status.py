@@ -62,7 +62,10 @@ _TARGETS_MAX = 256
 
 
 def _target_key(ref: JobRef) -> tuple[str, str | None]:
-    return json.dumps(ref.target, sort_keys=True, default=repr), getattr(ref, "signing_key", None)
+    stored = getattr(ref, "target_key", None)  # JobHandle computes it once
+    if not isinstance(stored, str):
+        stored = json.dumps(ref.target, sort_keys=True, default=repr)
+    return stored, getattr(ref, "signing_key", None)
 
 
 def backend_for(ref: JobRef, key: tuple[str, str | None] | None = None) -> Backend:
