@@ -627,7 +627,7 @@ class SharedPoller:
         """One bulk status call (in a worker thread); then the backends of ``fresh`` (jobs
         polled for the first time) that can tell when a job changes are asked to (once
         per backend)."""
-        states = resolve_states(refs)
+        states = resolve_states(refs, previous=self.latest)
         for backend in {id(b): b for b in backends_for(fresh)}.values():
             on_change = getattr(backend, "on_change", None)
             if on_change is not None and id(backend) not in self._listening:

@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from kinetic_core import history, recovery
@@ -99,19 +99,27 @@ def backends_for(refs: list[Any]) -> list[Backend]:
     return out
 
 
-def resolve_states(refs: list[Any], *, enforce: bool = True) -> list[JobState]:
+def resolve_states(
+    refs: list[Any], *, enforce: bool = True, previous: Mapping[str, JobState] | None = None
+) -> list[JobState]:
     """States of many jobs: one bulk backend poll per scope, storage read only when needed.
 
     With ``enforce``, jobs past ``schedule_timeout`` or ``life_span`` are stopped here.
     A job that was recovered reads as its newest attempt (see ``recovery``); every
-    transition seen is recorded in the job's history.
+    transition seen is recorded in the job's history. ``previous`` (job id -> the last
+    state a poller kept) is returned in place of an equal new state: a shared poller's
+    tick over thousands of unchanged jobs then keeps no new objects alive, which the
+    collector would promote and, every few ticks, pay for with a full collection of the
+    process (0.2-0.4 s event-loop stalls of a triggerer holding 5,000 waits).
     """
     current = [recovery.current(ref) for ref in refs]
-    states = _resolve_all(current, enforce)
+    states = _resolve_all(current, enforce, previous)
     return recovery.advance(current, states, lambda later: _resolve_all(later, enforce))
 
 
-def _resolve_all(refs: list[Any], enforce: bool) -> list[JobState]:
+def _resolve_all(
+    refs: list[Any], enforce: bool, previous: Mapping[str, JobState] | None = None
+) -> list[JobState]:
     # Keyed by the backend instance (cached per scope and options, e.g. lost_grace): jobs
     # whose targets differ only in such an option are polled by their own backend.
     groups: dict[int, list[int]] = defaultdict(list)
@@ -127,10 +135,11 @@ def _resolve_all(refs: list[Any], enforce: bool) -> list[JobState]:
         for i in indexes:
             backend_states[i] = polled.get(refs[i].job_id, BackendState("not_found"))
     now = time.time()
-    states = [
-        _resolve_one(ref, backend_states[i], backends[scope_of[i]], now, enforce)
-        for i, ref in enumerate(refs)
-    ]
+    states = []
+    for i, ref in enumerate(refs):
+        state = _resolve_one(ref, backend_states[i], backends[scope_of[i]], now, enforce)
+        kept = previous.get(state.job_id) if previous else None
+        states.append(kept if kept == state else state)
     for ref, state in zip(refs, states, strict=True):
         history.note(open_storage(ref.storage), state, ref)
     return states
