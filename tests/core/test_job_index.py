@@ -299,9 +299,23 @@ def test_concurrent_submitters_in_threads_and_processes_all_appear(storage_uri: 
     made += [f"p{p}-{i:04d}" for p in range(4) for i in range(40)]
     listed = kc.list_jobs()
     assert sorted(h.job_id for h in listed) == sorted(made) and len(made) == 324
-    assert [h.created_at for h in listed] == sorted((h.created_at for h in listed), reverse=True)
+    order = [(int(h.created_at * 1000), h.job_id) for h in listed]  # ms, then id: the index's
+    assert order == sorted(order, reverse=True)
     assert [h.job_id for h in kc.list_jobs(limit=20)] == [h.job_id for h in listed[:20]]
     assert storage.exists(layout.INDEX_COMPLETE)
+
+
+def test_jobs_of_one_millisecond_list_in_one_order_scanned_or_indexed(storage_uri: str) -> None:
+    """The scan (a store not yet marked indexed) sorted by the float creation time, the
+    index by milliseconds then id: two submits in one millisecond swapped places."""
+    storage = open_storage(storage_uri)
+    at = START + 0.0004
+    write_job(storage, "job-b", at)  # the later of the two, the smaller id
+    write_job(storage, "job-z", at - 0.0003)  # the same millisecond
+    scanned = [h.job_id for h in kc.list_jobs()]  # no index/complete.json yet: a scan
+    assert storage.exists(layout.INDEX_COMPLETE)  # that scan marked the index complete
+    indexed = [h.job_id for h in kc.list_jobs()]
+    assert scanned == indexed == ["job-z", "job-b"]
 
 
 # ---- older stores ----------------------------------------------------------------------------
