@@ -240,7 +240,9 @@ class Query:
 
     def _filtered(self, handles: list[JobHandle], batch_children: bool) -> list[JobHandle]:
         found = [h for h in handles if self.match(h)]
-        found.sort(key=lambda h: (h.created_at, h.job_id), reverse=not self.reverse)
+        # The index's order (milliseconds, then id): two jobs created in one millisecond
+        # list in the same order whether the store is scanned or indexed.
+        found.sort(key=lambda h: (int(h.created_at * 1000), h.job_id), reverse=not self.reverse)
         if self.statuses is not None and found:
             states = resolve_states(found)
             found = [h for h, s in zip(found, states, strict=True) if s.status in self.statuses]
