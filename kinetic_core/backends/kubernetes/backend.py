@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import kinetic_core.backends.kubernetes.jobset as js
+import kinetic_core.backends.kubernetes.watch as kube_watch
 from kinetic_core.backends import BackendState, LaunchSpec
-from kinetic_core.backends.kubernetes import watch as kube_watch
 from kinetic_core.backends.kubernetes.client import KubeApiError, KubeClient
 from kinetic_core.backends.kubernetes.manifest import (
     job_manifest,
