@@ -10,7 +10,8 @@
    Each vs ``cp -r`` of the same folder. Goal: >= 0.7x ``cp -r``.
 
 ``--size-mb`` scales both (default 1024); medians of ``--repeats``. Page cache is warm
-for every variant alike (the machine is shared: no cache dropping).
+for every variant alike (the machine is shared: no cache dropping). The payload variants
+take fair turns as in ``bench/payload.py`` (rotated order, a pause before each).
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ def main() -> int:
 def payload_part(size: int, tmp: Path, repeats: int) -> None:
     """1. An argument and a result through file:// storage vs copyfile (and write+read)."""
     pay: dict[str, list[dict[str, Any]]] = {"copyfile": [], "write+read": [], "kinetic": []}
-    for _ in range(repeats):
-        for variant in pay:
+    for turn in range(repeats):  # fair turns, as in bench/payload.py (order, pause)
+        for variant in payload_bench.turns(list(pay), turn):
             pay[variant].append(payload_bench.run_child(variant, size, tmp))
     copy_s = statistics.median(r["seconds"] for r in pay["copyfile"])
     write_read_s = statistics.median(r["seconds"] for r in pay["write+read"])

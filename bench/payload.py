@@ -9,7 +9,10 @@ Each variant runs in a fresh subprocess (so peak RSS figures do not mix), interl
 - kinetic-format2: the same with ``blake3`` made unimportable in the submitter and the
              job (``KINETIC_BENCH_NO_BLAKE3``): format 2, sha256 chunk digests, as before.
 - copyfile (baseline): ``shutil.copyfile`` of a file of the same size, once per direction
-             (one copy each, in the kernel).
+             (one copy each, in the kernel): source -> arg.bin -> result.bin, both kept
+             until the end, as kinetic keeps both envelopes (copying back onto the source
+             would reuse its freshly freed page cache, which no transport keeping its files
+             gets).
 - write+read: write the bytes to a file and read them back, once per direction, on one
              thread (what a hand-rolled file transport does: 2 writes, 2 reads; both files
              are kept until the end, as kinetic keeps both envelopes). Kinetic does the same
@@ -18,6 +21,22 @@ Each variant runs in a fresh subprocess (so peak RSS figures do not mix), interl
 Throughput = 2 x payload / wall time. Goals: kinetic >= 0.7x copyfile (a plain file copy);
 peak RSS of the submitting process <= 1.5x the payload. The job's peak RSS is read from
 ``RUSAGE_CHILDREN`` after reaping its supervisor (Linux keeps the largest descendant's peak).
+
+Fair turns: the variants' order rotates from one repeat to the next (and reverses every
+other repeat), and each child starts ``--settle`` seconds after the previous one ended.
+On a VM with free page reporting (virtio-balloon), memory freed a moment ago is still
+backed by the host and cheap to reuse, while memory freed seconds ago must be backed
+again: one 1 GiB write() into a new file took 0.72 s right after a free and 2.23 s 8 s
+after one on the 2-core machine (its page cache comes in 2 MiB folios; in 256 KiB
+writes it took 0.41-0.44 s either way). Without the pause a variant was faster or slower
+by what its predecessor had just freed. The unit costs are measured the same way, each
+pass into new memory (a new file, a new object) after the same pause.
+
+The floor printed at the end is what any file transport must do to get the value into
+the other process's memory, from those unit costs: per direction one write pass into a
+new file (the faster of one write and 256 KiB writes) and one read into a new object
+(the faster of one thread and two; a file mapped into memory instead of read is not a
+transport here: it can change after any check).
 """
 
 from __future__ import annotations
@@ -39,6 +58,8 @@ from pathlib import Path
 from typing import Any
 
 MB = 1 << 20
+#: Seconds between two children (see the docstring: "Fair turns").
+SETTLE = 5.0
 
 
 def identity(b: bytes) -> bytes:
@@ -146,58 +167,134 @@ def child_write_read(size: int, workdir: Path) -> dict[str, Any]:
     return {"seconds": seconds, "self_peak_mb": peak_mb(resource.RUSAGE_SELF), "base_mb": base_rss}
 
 
-def child_copyfile(size: int, workdir: Path) -> dict[str, Any]:
-    base_rss = peak_mb(resource.RUSAGE_SELF)
-    src, dst = workdir / "src.bin", workdir / "dst.bin"
-    with open(src, "wb") as fh:
+def write_source(path: Path, size: int) -> None:
+    with open(path, "wb") as fh:
         chunk = b"x" * (8 * MB)
         for offset in range(0, size, len(chunk)):
             fh.write(chunk[: size - offset])
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def child_copyfile(size: int, workdir: Path) -> dict[str, Any]:
+    base_rss = peak_mb(resource.RUSAGE_SELF)
+    src = workdir / "src.bin"
+    write_source(src, size)  # then flushed: the copies' writeback is theirs alone
     t0 = time.time()
-    for _ in range(2):
-        shutil.copyfile(src, dst)
-        src, dst = dst, src
+    shutil.copyfile(src, workdir / "arg.bin")  # argument there
+    shutil.copyfile(workdir / "arg.bin", workdir / "result.bin")  # result back; both kept
     seconds = time.time() - t0
     return {"seconds": seconds, "self_peak_mb": peak_mb(resource.RUSAGE_SELF), "base_mb": base_rss}
 
 
-def child_parts(size: int, workdir: Path) -> dict[str, Any]:
-    """Unit costs per pass over the payload, to explain where kinetic's time goes."""
+class TwoThreadFile:
+    """A file for ``pickle.load`` whose ``readinto`` (pickle's for large values, straight
+    into the new object) reads on two threads with ``os.preadv``, as kinetic's reader
+    does: the fastest plain read into a new object, for the floor."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+        self.pos = 0
+
+    def read(self, n: int) -> bytes:
+        data = os.pread(self.fd, n, self.pos)
+        self.pos += len(data)
+        return data
+
+    def readline(self) -> bytes:  # pickle never needs it for protocol 5 bytes
+        raise NotImplementedError
+
+    def readinto(self, buf: Any) -> int:
+        import threading
+
+        view, step, base = memoryview(buf).cast("B"), 8 * MB, self.pos
+
+        def part(first: int) -> None:
+            for at in range(first * step, len(view), 2 * step):
+                end = min(at + step, len(view))
+                while at < end:
+                    at += os.preadv(self.fd, [view[at:end]], base + at)
+
+        threads = [threading.Thread(target=part, args=(k,)) for k in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.pos += len(view)
+        return len(view)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def child_parts(size: int, workdir: Path, settle: float = SETTLE) -> dict[str, Any]:
+    """Unit costs per pass over the payload, each into new memory (a new file, a new
+    object) after the same pause as the variants, to explain where kinetic's time goes."""
     data = make_payload(size)
-    path = workdir / "parts.bin"
+    source = workdir / "source.pkl"
+    with open(source, "wb") as fh:
+        pickle.dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
     out: dict[str, float] = {}
-    t0 = time.time()
-    hashlib.sha256(data).hexdigest()
-    out["sha256 pass"] = time.time() - t0
+    kept: list[Any] = []
+
+    def timed(name: str, fn: Any) -> None:
+        kept.clear()  # what the previous pass made is freed, then the pause
+        for path in workdir.glob("new-*"):
+            path.unlink()
+        time.sleep(settle)
+        t0 = time.time()
+        kept.append(fn())
+        out[name] = time.time() - t0
+
+    def write(path: Path, how: Any) -> None:
+        with open(path, "wb") as fh:
+            how(fh)
+
+    def load_two_threads() -> Any:
+        reader = TwoThreadFile(source)
+        try:
+            return pickle.load(reader)
+        finally:
+            reader.close()
+
+    timed("sha256 pass", lambda: hashlib.sha256(data).hexdigest())
     if importlib.util.find_spec("blake3"):
         from blake3 import blake3
 
-        t0 = time.time()
-        blake3(data).hexdigest()
-        out["blake3 pass (one thread)"] = time.time() - t0
-    t0 = time.time()
-    with open(path, "wb") as fh:
-        fh.write(data)
-    out["write pass"] = time.time() - t0
-    t0 = time.time()
+        timed("blake3 pass (one thread)", lambda: blake3(data).hexdigest())
+    timed("write pass (into a new file)", lambda: write(workdir / "new-w", lambda f: f.write(data)))
+    timed(
+        "write pass in 256 KiB writes (into a new file)",
+        lambda: write(workdir / "new-w", lambda f: _write_pieces(f, data)),
+    )
+    timed(
+        "pickle.dump (into a new file)",
+        lambda: write(workdir / "new-p", lambda f: pickle.dump(data, f, protocol=5)),
+    )
+    timed("copyfile (into a new file)", lambda: shutil.copyfile(source, workdir / "new-c"))
+    timed("read pass (8 MiB chunks, page cache)", lambda: _read_through(source))
+    timed("read into a new object (one thread)", lambda: source.read_bytes())
+    timed("pickle.load (one thread)", lambda: _pickle_load(source))
+    timed("pickle.load, readinto on two threads", load_two_threads)
+    kept.clear()
+    return {"seconds": 0.0, "parts": out}
+
+
+def _write_pieces(fh: Any, data: bytes) -> None:
+    view = memoryview(data)
+    for at in range(0, len(view), 256 << 10):
+        fh.write(view[at : at + (256 << 10)])
+
+
+def _pickle_load(path: Path) -> Any:
+    with open(path, "rb") as fh:
+        return pickle.load(fh)
+
+
+def _read_through(path: Path) -> None:
     with open(path, "rb") as fh:
         while fh.read(8 * MB):
             pass
-    out["read pass (8 MiB chunks, page cache)"] = time.time() - t0
-    t0 = time.time()
-    with open(path, "rb") as fh:
-        fh.read()
-    out["read into one bytes object"] = time.time() - t0
-    t0 = time.time()
-    with open(path, "wb") as fh:
-        pickle.dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    out["pickle.dump to file"] = time.time() - t0
-    t0 = time.time()
-    with open(path, "rb") as fh:
-        pickle.load(fh)
-    out["pickle.load from file"] = time.time() - t0
-    path.unlink()
-    return {"seconds": 0.0, "parts": out}
 
 
 CHILDREN = {
@@ -206,11 +303,12 @@ CHILDREN = {
     "kinetic-ndarray": lambda size, workdir: child_kinetic(size, workdir, ndarray=True),
     "write+read": child_write_read,
     "copyfile": child_copyfile,
-    "parts": child_parts,
 }
 
 
-def run_child(variant: str, size: int, workdir: Path) -> dict[str, Any]:
+def run_child(variant: str, size: int, workdir: Path, settle: float = SETTLE) -> dict[str, Any]:
+    """Run ``variant`` in a fresh process, ``settle`` seconds from now (see "Fair turns")."""
+    time.sleep(settle)
     sub = workdir / variant
     sub.mkdir()
     try:
@@ -224,6 +322,8 @@ def run_child(variant: str, size: int, workdir: Path) -> dict[str, Any]:
                 str(size // MB),
                 "--workdir",
                 str(sub),
+                "--settle",
+                str(settle),
             ],
             capture_output=True,
             text=True,
@@ -236,6 +336,14 @@ def run_child(variant: str, size: int, workdir: Path) -> dict[str, Any]:
         shutil.rmtree(sub, ignore_errors=True)
 
 
+def turns(variants: list[str], turn: int) -> list[str]:
+    """The variants' order in repeat ``turn``: rotated by one each repeat and reversed
+    every other, so that no variant always runs first or after the same one."""
+    k = turn % len(variants)
+    order = variants[k:] + variants[:k]
+    return order[::-1] if turn % 2 else order
+
+
 def med(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -244,10 +352,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="payload size in MiB")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=SETTLE,
+        help="seconds between two runs (memory freed by one is not cheap for the next)",
+    )
+    parser.add_argument("--child", choices=sorted([*CHILDREN, "parts"]), help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     size = args.size_mb * MB
+    if args.child == "parts":
+        print(json.dumps(child_parts(size, Path(args.workdir), args.settle)))
+        return 0
     if args.child:
         print(json.dumps(CHILDREN[args.child](size, Path(args.workdir))))
         return 0
@@ -264,7 +381,10 @@ def main() -> int:
 
 def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"payload {size / MB:.0f} MiB; load average {load} (cores: {os.cpu_count()})")
+    print(
+        f"payload {size / MB:.0f} MiB; load average {load} (cores: {os.cpu_count()}); "
+        f"{args.settle:g} s between runs, order rotated"
+    )
     if not importlib.util.find_spec("blake3"):
         print(
             "(blake3 is not installed: 'kinetic' writes format 2 as well; install the fast extra)"
@@ -275,10 +395,11 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
     else:
         print("(numpy is not installed: the NumPy array variant is not run)")
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
-    for _ in range(args.repeats):
-        for variant in results:
-            results[variant].append(run_child(variant, size, tmp))
-    parts = run_child("parts", size, tmp)["parts"]
+    for turn in range(args.repeats):
+        for variant in turns(variants, turn):
+            results[variant].append(run_child(variant, size, tmp, args.settle))
+    part_runs = [run_child("parts", size, tmp, args.settle)["parts"] for _ in range(args.repeats)]
+    parts = {key: med([run[key] for run in part_runs]) for key in part_runs[0]}
 
     moved = 2 * size / MB
     base = med([r["seconds"] for r in results["write+read"]])
@@ -312,9 +433,21 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
     print(
         f"  {'  of which: supervisor exit -> wait() notices':<58}{detect[0]:7.2f} s{detect[1]:7.2f} s"
     )
-    print("unit costs per pass over the payload (one run)")
+    print(f"unit costs per pass over the payload (median of {args.repeats})")
     for key, value in parts.items():
         print(f"  {key:<58}{value:7.2f} s")
+    write = min(v for k, v in parts.items() if k.startswith("write pass"))
+    read = min(
+        parts["read into a new object (one thread)"], parts["pickle.load, readinto on two threads"]
+    )
+    floor, one_copy = write + read, parts["copyfile (into a new file)"]
+    kin_s = med([r["seconds"] for r in kin])
+    print(
+        f"floor of any file transport, per direction (the faster write pass + the faster read "
+        f"into a new object): {write:.2f} + {read:.2f} = {floor:.2f} s = "
+        f"{one_copy / floor:.2f}x copyfile into a new file ({one_copy:.2f} s); "
+        f"kinetic's round trip = {kin_s / (2 * floor):.2f}x two floors"
+    )
 
     secs = med([r["seconds"] for r in kin])
     peak = med([r["self_peak_mb"] for r in kin])
@@ -330,6 +463,7 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
         f"  submitter peak RSS <= 1.5x payload:  {peak / (size / MB):.2f}x   "
         f"{'MET' if ok2 else 'MISSED'}"
     )
+    print(f"  (the floor of any file transport here: {one_copy / floor:.2f}x copyfile)")
     return 0
 
 

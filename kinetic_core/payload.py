@@ -38,6 +38,7 @@ from kinetic_core.chunks import (
     VerifiedReader,
     blake3_available,
     digest_of,
+    write_in_pieces,
 )
 from kinetic_core.errors import (
     PayloadFormatUnsupported,
@@ -342,7 +343,7 @@ def rebind_envelope(
         src,
     ):
         while piece := src.read(CHUNK):  # each piece verified before it is copied
-            fh.write(piece)
+            write_in_pieces(fh, piece)
     rebound = {**header, "job_id": new_job_id, "storage": storage.uri, "hmac": None}
     if signing_key:
         rebound["hmac"] = signing.mac(signing_key, _signed_fields(rebound))
