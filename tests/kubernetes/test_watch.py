@@ -222,27 +222,23 @@ def test_the_shared_poller_polls_a_job_when_the_watch_sees_it_change(
     assert poller.polls - polls >= 2, "the job ended without a poll the watch caused"
 
 
-OOM_KILLED_POD = {
-    "phase": "Failed",
-    "conditions": [{"type": "Ready", "status": "False"}],
-    "containerStatuses": [
-        {
-            "name": "runner",
-            "image": "x",
-            "imageID": "",
-            "ready": False,
-            "restartCount": 0,
-            "state": {
-                "terminated": {
-                    "exitCode": 137,
-                    "reason": "OOMKilled",
-                    "startedAt": "2026-01-01T00:00:00Z",
-                    "finishedAt": "2026-01-01T00:00:05Z",
-                }
-            },
-        }
-    ],
-}
+def _ended_pod(phase: str, exit_code: int, reason: str) -> dict[str, Any]:
+    """A pod status whose runner container terminated (what a kubelet reports)."""
+    terminated = {
+        "exitCode": exit_code,
+        "reason": reason,
+        "startedAt": "2026-01-01T00:00:00Z",
+        "finishedAt": "2026-01-01T00:00:05Z",
+    }
+    runner = {"name": "runner", "image": "x", "imageID": "", "ready": False, "restartCount": 0}
+    return {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "containerStatuses": [{**runner, "state": {"terminated": terminated}}],
+    }
+
+
+OOM_KILLED_POD = _ended_pod("Failed", 137, "OOMKilled")
 
 
 @contextmanager
@@ -385,27 +381,7 @@ def test_a_job_no_cache_has_seen_yet_is_not_read_lost(
     job.cancel(wait=0)
 
 
-SUCCEEDED_POD = {
-    "phase": "Succeeded",
-    "conditions": [{"type": "Ready", "status": "False"}],
-    "containerStatuses": [
-        {
-            "name": "runner",
-            "image": "x",
-            "imageID": "",
-            "ready": False,
-            "restartCount": 0,
-            "state": {
-                "terminated": {
-                    "exitCode": 0,
-                    "reason": "Completed",
-                    "startedAt": "2026-01-01T00:00:00Z",
-                    "finishedAt": "2026-01-01T00:00:05Z",
-                }
-            },
-        }
-    ],
-}
+SUCCEEDED_POD = _ended_pod("Succeeded", 0, "Completed")
 
 
 class _Waiter(threading.Thread):
