@@ -177,7 +177,9 @@ def test_many_waiters_in_one_process_share_one_watch(
     results: list[Any] = []
 
     def wait(job: kc.JobHandle, target: kc.Target) -> None:
-        results.append(kc.attach(job.job_id, target=target).result(timeout=180))
+        # cleanup=False: two waiters of one job; whichever cleaned up first would leave the
+        # other nothing to read (ResultNotAvailable, as documented)
+        results.append(kc.attach(job.job_id, target=target).result(timeout=180, cleanup=False))
 
     threads = [threading.Thread(target=wait, args=(job, t)) for job in jobs for t in (kube, other)]
     for t in threads:
