@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_fns
 from cluster.cluster import KINETIC_RULES, TestCluster
 from test_backend import _list, _patch_status
-from test_reliability import NOWHERE, _pod_of, _until
+from test_reliability import NOWHERE, RUNNING_POD, _pod_of, _until
 
 
 @pytest.fixture(autouse=True)
@@ -312,22 +312,6 @@ def test_a_poll_while_the_pod_stream_lags_answers_what_a_list_answers(
         listed.exit_code,
     )
     job.cancel(wait=0)
-
-
-RUNNING_POD = {
-    "phase": "Running",
-    "conditions": [{"type": "Ready", "status": "True"}],
-    "containerStatuses": [
-        {
-            "name": "runner",
-            "image": "x",
-            "imageID": "",
-            "ready": True,
-            "restartCount": 0,
-            "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
-        }
-    ],
-}
 
 
 @pytest.mark.timeout(240)

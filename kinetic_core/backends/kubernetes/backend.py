@@ -38,6 +38,7 @@ from kinetic_core.backends.kubernetes.watch import (
     KindView,
     NamespaceWatch,
     instant,
+    job_of,
     namespace_watch,
     revision,
 )
@@ -72,7 +73,7 @@ _Objects = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]
 
 
 def _job_id(obj: dict[str, Any]) -> str:
-    return str((obj["metadata"].get("labels") or {}).get("kinetic/job-id", ""))
+    return job_of(obj) or ""
 
 
 def _plain_ids(jobs: Iterable[dict[str, Any]]) -> set[str]:

@@ -214,7 +214,7 @@ class NamespaceWatch:
                 return None
             found: dict[str, list[dict[str, Any]]] = {j: [] for j in wanted}
             for obj in watch.objects.values():
-                job = (obj["metadata"].get("labels") or {}).get(JOB_LABEL)
+                job = job_of(obj)
                 if job in found:
                     found[job].append(obj)
             held = {
@@ -447,7 +447,7 @@ class NamespaceWatch:
         """Note the resourceVersion at which the jobs of ``objects`` last changed in this
         kind (a DELETED event's object carries the deletion's version) (under cond)."""
         for obj in objects:
-            job = None if obj is None else (obj["metadata"].get("labels") or {}).get(JOB_LABEL)
+            job = None if obj is None else job_of(obj)
             if job and rv is not None:
                 watch.changed[job] = max(watch.changed.get(job, 0), rv)
 
@@ -456,7 +456,7 @@ class NamespaceWatch:
         self.seq += 1
         for obj in objects:
             if obj is not None:
-                job = (obj["metadata"].get("labels") or {}).get(JOB_LABEL)
+                job = job_of(obj)
                 if job:
                     self.changed[job] = self.seq
                     for listener in self.listeners:
@@ -497,12 +497,14 @@ class NamespaceWatch:
     def _forget_gone_jobs(self) -> None:
         """Drop the change marks of jobs no cache holds any more (their last change, the
         deletion, woke their waiters already): memory stays bounded (under cond)."""
-        present = {
-            (o["metadata"].get("labels") or {}).get(JOB_LABEL)
-            for w in self.kinds.values()
-            for o in w.objects.values()
-        }
+        present = {job_of(o) for w in self.kinds.values() for o in w.objects.values()}
         self.changed = {j: s for j, s in self.changed.items() if j in present}
+
+
+def job_of(obj: dict[str, Any]) -> str | None:
+    """The kinetic job an object is labelled with (``kinetic/job-id``); None: no job's."""
+    labels: dict[str, str] = obj["metadata"].get("labels") or {}
+    return labels.get(JOB_LABEL)
 
 
 def _version(obj: dict[str, Any] | None) -> str | None:
@@ -579,6 +581,7 @@ __all__ = [
     "NamespaceWatch",
     "enabled",
     "instant",
+    "job_of",
     "namespace_watch",
     "revision",
     "stop_all",

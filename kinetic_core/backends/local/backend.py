@@ -88,12 +88,13 @@ def _owns(launch: dict[str, Any], log_path: Path) -> bool:
     return target == os.path.realpath(log_path)
 
 
-def _ending(launch: dict[str, Any]) -> bool:
-    """Is the supervisor still alive after recording the exit? It exits right after,
-    so wait briefly: a job reads terminal only once none of its processes is left."""
+def _ending(launch: dict[str, Any], timeout: float = CANCEL_WAIT) -> bool:
+    """Is the supervisor still alive after ``timeout`` to end on its own? Asked of a job
+    that is ending (its exit recorded, or its outcome decided): it exits within
+    milliseconds, and a job reads terminal only once none of its processes is left."""
     if not process_alive(launch["pid"], launch.get("start_ticks")):
         return False
-    wait_exit(launch["pid"], CANCEL_WAIT)
+    wait_exit(launch["pid"], timeout)
     return process_alive(launch["pid"], launch.get("start_ticks"))
 
 
@@ -522,13 +523,8 @@ class LocalBackend:
         records and its supervisor the exit: it gets ``ENDING_WAIT`` to end on its own
         before it is stopped."""
         launch, _ = self._launch_record(job_id)
-        if (
-            launch is not None
-            and self._exit_record(job_id) is None
-            and launch.get("host") == socket.gethostname()
-            and process_alive(launch["pid"], launch.get("start_ticks"))
-        ):
-            wait_exit(launch["pid"], ENDING_WAIT)
+        if launch is not None and launch.get("host") == socket.gethostname():
+            _ending(launch, ENDING_WAIT)
         self.cancel(job_id)
         self._launch_cache.pop(job_id, None)
         if self._keep_log(job_id):
