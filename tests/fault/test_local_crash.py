@@ -365,3 +365,31 @@ def test_signed_launch_record_refuses_a_forgery(
         assert _pid_alive(int(pid_file.read_text()))  # the refused record signalled nothing
     finally:
         os.killpg(real["pid"], signal.SIGKILL)
+
+
+def test_a_supervisor_killed_while_its_runner_waits_for_the_go_leaves_nothing_running(
+    storage_uri: str, tmp_path: Path, private_zygote: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner is forked while the submitter confirms and held until the "go": a
+    supervisor killed in that window takes the held runner with it (it dies with its
+    parent), and the function never runs."""
+    from kinetic_core.backends.local import backend as local_backend
+
+    trace = tmp_path / "runs"
+    trace.mkdir()
+    held: list[int] = []
+
+    def kill_the_supervisor(self: object, job_id: str, channel: socket.socket) -> None:
+        channel.settimeout(30)
+        supervisor = int(zygote.read_line(channel))
+        children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+        held.extend(int(pid) for pid in children)
+        os.kill(supervisor, signal.SIGKILL)
+        _wait_for(lambda: not any(map(_pid_alive, held)), "the held runner to die", 10)
+        raise kc.SubmissionError("the supervisor died before the go")
+
+    monkeypatch.setattr(local_backend.LocalBackend, "_confirm", kill_the_supervisor)
+    with pytest.raises(kc.SubmissionError, match="before the go"):
+        kc.submit(chaosfns.trace, (str(trace), 0, 1))
+    assert len(held) == 1  # the runner was forked, and held
+    assert not any(trace.iterdir())  # the function never ran
