@@ -545,7 +545,7 @@ class JobHandle:
 
     def _cleanup_logged(self) -> None:
         try:
-            self.cleanup()
+            self._release()  # the job succeeded: nothing runs that a cancel would stop
         except (KineticError, OSError) as exc:  # the value is read: it is the caller's
             log.warning(
                 "kinetic: job %s succeeded and its result was read, but cleaning it up "
@@ -628,6 +628,13 @@ class JobHandle:
         """
         if backend:
             self.cancel()  # the attempt that runs now; False (nothing done) once ended
+        self._release(backend=backend, storage=storage, outputs=outputs)
+
+    def _release(
+        self, *, backend: bool = True, storage: bool = True, outputs: bool = False
+    ) -> None:
+        """``cleanup`` of a job known to have ended: no cancel, so no status read first
+        (``result()`` cleans up right after reading a terminal state)."""
         st, attempts_backend = self._storage(), backend_for(self)
         for job_id, _ in self._attempts():
             if backend:

@@ -110,7 +110,8 @@ def resolve_states(
     state a poller kept) is returned in place of an equal new state: a shared poller's
     tick over thousands of unchanged jobs then keeps no new objects alive, which the
     collector would promote and, every few ticks, pay for with a full collection of the
-    process (0.2-0.4 s event-loop stalls of a triggerer holding 5,000 waits).
+    process (0.2-0.4 s event-loop stalls of a triggerer holding 5,000 waits). A kept state
+    was noted in the job's history when it was new, so it is not noted again.
     """
     current = [recovery.current(ref) for ref in refs]
     states = _resolve_all(current, enforce, previous)
@@ -141,6 +142,8 @@ def _resolve_all(
         kept = previous.get(state.job_id) if previous else None
         states.append(kept if kept == state else state)
     for ref, state in zip(refs, states, strict=True):
+        if previous and state is previous.get(state.job_id):
+            continue  # noted when the poller first kept it: nothing new to record
         history.note(open_storage(ref.storage), state, ref)
     return states
 

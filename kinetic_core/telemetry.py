@@ -14,6 +14,7 @@ window of the ones before. Nothing is invented: a value that cannot be read is N
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -132,18 +133,38 @@ def process_tree(root: int) -> tuple[int, int] | None:
     return ticks, pages
 
 
+_nvml_missing = False  # this process found no pynvml to import (and none was added since)
+
+
+def nvml_module() -> Any:
+    """``pynvml`` (the `nvml` extra: nvidia-ml-py), or None where it is not installed.
+    A failed import is not tried again: the local zygote asks before it forks jobs, so a
+    job on a machine without it does not search ``sys.path`` for it at its last sample."""
+    global _nvml_missing
+    if _nvml_missing and "pynvml" not in sys.modules:
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        _nvml_missing = True
+        return None
+    return pynvml
+
+
 class Gpus:
     """NVML, initialised once and lazily; ``read()`` is None where it is not available."""
 
     def __init__(self) -> None:
         self.nvml: Any = None
         self.note = ""
+        pynvml = nvml_module()
         try:
-            import pynvml  # the `nvml` extra: nvidia-ml-py
-
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-        except Exception:  # not installed, no driver, no device: nothing to read
+            if pynvml is not None:
+                pynvml.nvmlInit()  # per process: NVML's state does not survive a fork
+                self.nvml = pynvml
+        except Exception:  # no driver, no device: nothing to read
+            pass
+        if self.nvml is None:
             self.note = NO_NVML
 
     def read(self) -> list[GpuSample] | None:

@@ -173,6 +173,40 @@ def test_cleanup_timeout_returns_the_value_and_leaves_the_rest(
     assert not payload.exists()
 
 
+def test_result_cleans_up_without_reading_the_ended_jobs_state_again(
+    storage_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state ``result()`` waited for is terminal and final: its cleanup frees the job
+    without a status read (a cancel's), and frees all of it (envelopes, local folder)."""
+    job = kc.submit(jobfns.add, (3, 4))
+    assert job.wait(timeout=60).status is kc.JobStatus.SUCCEEDED
+    reads: list[str] = []
+    monkeypatch.setattr(kc.JobHandle, "state", lambda self: reads.append(self.job_id))
+    assert job.result(timeout=60) == 7
+    assert reads == []
+    store = tmp_path / "store"
+    assert not (store / layout.job_file(job.job_id, layout.PAYLOAD)).exists()
+    assert not (store / layout.job_file(job.job_id, layout.RESULT)).exists()
+    assert not (store / "backend-local" / job.job_id).exists()
+    assert (store / layout.job_file(job.job_id, layout.COLLECTED)).exists()
+
+
+def test_the_log_reads_the_same_after_cleanup_printed_or_empty(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    """Cleanup keeps a local job's log in storage before deleting its folder; an empty
+    log is not copied (a missing copy reads as empty), a printed one is."""
+    quiet, loud = kc.submit(jobfns.add, (1, 2)), kc.submit(jobfns.chatty, (3,))
+    assert quiet.result(timeout=60) == 3
+    assert loud.result(timeout=60) == 3
+    for job in (quiet, loud):
+        assert not (tmp_path / "store" / "backend-local" / job.job_id).exists()
+    assert quiet.logs() == ""
+    assert not (tmp_path / "store" / layout.job_file(quiet.job_id, layout.LOG)).exists()
+    assert (tmp_path / "store" / layout.job_file(loud.job_id, layout.LOG)).exists()
+    assert loud.logs().splitlines() == ["line 0", "line 1", "line 2"]
+
+
 def test_bad_result_arguments_are_refused_before_waiting(storage_uri: str) -> None:
     job = kc.submit(jobfns.add, (1, 2))
     for kwargs, word in (

@@ -115,6 +115,9 @@ def test_gpu_samples_come_from_nvml_as_it_answers(monkeypatch: pytest.MonkeyPatc
             return types.SimpleNamespace(used=30 << 30, total=80 << 30)
 
     nvml = Nvml("pynvml")
+    # An earlier miss in this process (remembered: not searched for again) does not hide
+    # a pynvml that is importable now.
+    monkeypatch.setattr(telemetry, "_nvml_missing", True)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     gpus = telemetry.Gpus().read()
     assert gpus == [

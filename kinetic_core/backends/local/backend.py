@@ -489,6 +489,8 @@ class LocalBackend:
             return True
         try:
             with open(self._dir(job_id) / launch_record.LOG, "rb") as src:
+                if not os.fstat(src.fileno()).st_size:
+                    return True  # nothing to keep: a missing copy reads as the empty log
                 storage = open_storage(self.storage_uri)
                 with storage.open_write(layout.job_file(job_id, layout.LOG)) as dst:
                     shutil.copyfileobj(src, dst)

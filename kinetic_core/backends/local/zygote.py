@@ -219,8 +219,9 @@ def _preload() -> None:
 
     import kinetic_core.runner  # every job runs it
     import kinetic_core.storage.local  # noqa: F401  (every local job's runner opens file://)
-    from kinetic_core import chunks, procs
+    from kinetic_core import chunks, procs, telemetry
 
+    telemetry.nvml_module()  # the last sample of each job asks: searched for once, here
     procs.libc()  # ctypes and libc: the supervisor's prctl calls (~5 ms to import)
     chunks.blake3_available()  # the envelope hash: blake3 where installed
     tempfile.gettempdir()  # cached: its first call probes the directory by writing a file
