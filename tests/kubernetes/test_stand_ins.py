@@ -230,16 +230,19 @@ def test_max_restarts_one_restarts_every_job_then_fails(
     assert status["restartsCountTowardsMax"] == 1
     assert attempts == {"0", "1"}
     # the three other Jobs of attempt 1 are stopped; the failed one is kept, as upstream
-    wait_for(
-        "only attempt 1's failed Job left",
-        lambda: (
-            [
-                (j.metadata.name, j.metadata.labels["jobset.sigs.k8s.io/restart-attempt"])
-                for j in child_jobs(batch, name)
-            ]
-            == [(f"{name}-workers-1", "1")]
-        ),
-    )
+    left: list[tuple[str, str]] = []
+
+    def only_the_failed_job() -> bool:
+        left[:] = [
+            (j.metadata.name, j.metadata.labels["jobset.sigs.k8s.io/restart-attempt"])
+            for j in child_jobs(batch, name)
+        ]
+        return left == [(f"{name}-workers-1", "1")]
+
+    try:
+        wait_for("only attempt 1's failed Job left", only_the_failed_job)
+    except AssertionError as exc:  # which Jobs stayed: the stand-in's or the GC's miss
+        raise AssertionError(f"{exc}; Jobs left: {left}") from None
 
 
 def test_deleting_the_jobset_removes_jobs_pods_and_service(
