@@ -242,7 +242,7 @@ def test_max_restarts_one_restarts_every_job_then_fails(
     try:
         wait_for("only attempt 1's failed Job left", only_the_failed_job)
     except AssertionError as exc:  # which Jobs stayed: the stand-in's or the GC's miss
-        raise AssertionError(f"{exc}; Jobs left: {left}") from None
+        raise AssertionError(f"{exc}; Jobs left: {left}; {failed.get('message')}") from None
 
 
 def test_deleting_the_jobset_removes_jobs_pods_and_service(
