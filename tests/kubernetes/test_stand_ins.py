@@ -171,7 +171,9 @@ def test_jobset_of_four_hosts_runs_on_the_slice_and_completes(
         assert job.spec.template.spec.subdomain == name
         assert job.spec.template.spec.hostname == f"{name}-workers-{index}-0"
     pods = pods_of(core, name)
-    assert sorted(p.spec.node_name for p in pods) == sorted(SLICE_NODE_NAMES)
+    assert len(pods) == 4
+    # on the slice; not one per node: a worker that ended frees its node's chips for another
+    assert {p.spec.node_name for p in pods} <= set(SLICE_NODE_NAMES)
     assert all(p.status.phase == "Succeeded" for p in pods)
     service = core.read_namespaced_service(name, NS)
     assert service.spec.cluster_ip == "None"
@@ -231,18 +233,20 @@ def test_max_restarts_one_restarts_every_job_then_fails(
     assert attempts == {"0", "1"}
     # the three other Jobs of attempt 1 are stopped; the failed one is kept, as upstream
     left: list[tuple[str, str]] = []
+    jobs: list[Any] = []
 
     def only_the_failed_job() -> bool:
+        jobs[:] = child_jobs(batch, name)
         left[:] = [
-            (j.metadata.name, j.metadata.labels["jobset.sigs.k8s.io/restart-attempt"])
-            for j in child_jobs(batch, name)
+            (j.metadata.name, j.metadata.labels["jobset.sigs.k8s.io/restart-attempt"]) for j in jobs
         ]
         return left == [(f"{name}-workers-1", "1")]
 
     try:
         wait_for("only attempt 1's failed Job left", only_the_failed_job)
-    except AssertionError as exc:  # which Jobs stayed: the stand-in's or the GC's miss
-        raise AssertionError(f"{exc}; Jobs left: {left}; {failed.get('message')}") from None
+    except AssertionError as exc:  # which Jobs stayed, and how they ended
+        how = [(j.metadata.uid, j.metadata.creation_timestamp, j.status) for j in jobs]
+        raise AssertionError(f"{exc}; Jobs left: {left}; {failed.get('message')}; {how}") from None
 
 
 def test_deleting_the_jobset_removes_jobs_pods_and_service(
@@ -392,7 +396,9 @@ def test_queued_jobset_waits_for_quota_then_runs(
         "template"
     ]["spec"]["nodeSelector"]
     assert pod_selector == SLICE_SELECTOR
-    assert sorted(p.spec.node_name for p in pods_of(core, name)) == sorted(SLICE_NODE_NAMES)
+    # on the admitted flavor's slice; not one per node: a worker that ended frees its node's
+    # chips for another (`pass` ends at once), so two may run on one node one after the other
+    assert {p.spec.node_name for p in pods_of(core, name)} <= set(SLICE_NODE_NAMES)
     finished = wait_for("the Workload Finished", lambda: condition(workload() or {}, "Finished"))
     assert finished["reason"] == "Succeeded"
 

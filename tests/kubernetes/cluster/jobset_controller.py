@@ -34,6 +34,11 @@ Implemented, as upstream:
 * success policy ``All`` (default) or ``Any`` (with ``targetReplicatedJobs``): condition
   ``Completed`` (AllJobsCompleted, "jobset completed successfully"); ``terminalState``;
 * a finished JobSet's active Jobs are deleted (foreground), as upstream;
+* difference: a Job name whose Job this controller saw being deleted (a restart) is created
+  again only ``RECREATE_GAP`` after that Job is gone. Upstream creates it at once; on 1.20
+  that loses a race: the Job controller's status update of the old Job conflicts, and its
+  retry (``updateJobStatus``) reads the Job again by name and writes the old Job's status,
+  Failed included, onto the new one (later Job controllers check the UID);
 * ``status.replicatedJobsStatus`` (ready = active Jobs, 1.20 Jobs have no ``status.ready``).
 
 Not implemented: failure policy rules (onJobFailureReasons, RestartJob actions), startupPolicy
@@ -46,12 +51,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import sys
+import time
 from typing import Any
 
 import stand_in
 from node_agent import Kube, KubeError
 
 API = "/apis/jobset.x-k8s.io/v1alpha2"
+#: Seconds a Job name stays unused once its deleted Job is gone (see the docstring).
+RECREATE_GAP = 1.0
+#: (namespace, name) of Jobs seen being deleted, not yet created again.
+_replaced: set[tuple[str, str]] = set()
 PREFIX = "jobset.sigs.k8s.io/"
 NAME_KEY = PREFIX + "jobset-name"
 RESTARTS_KEY = PREFIX + "restart-attempt"
@@ -255,12 +265,21 @@ class JobSetReconciler:
         self._create(f"/api/v1/namespaces/{meta['namespace']}/services", service)
 
     def _create_jobs(self) -> None:
+        namespace = self.js["metadata"]["namespace"]
+        _replaced.update((namespace, j["metadata"]["name"]) for j in self.deleting)
         taken = {j["metadata"]["name"] for j in self.current + self.previous + self.deleting}
-        for rjob in self.js["spec"]["replicatedJobs"]:
-            for index in range(replicas(rjob)):
-                if job_name(self.js, rjob, index) not in taken:
-                    job = construct_job(self.js, rjob, index)
-                    self._create(_jobs_path(self.js["metadata"]["namespace"]), job)
+        missing = [
+            (rjob, index)
+            for rjob in self.js["spec"]["replicatedJobs"]
+            for index in range(replicas(rjob))
+            if job_name(self.js, rjob, index) not in taken
+        ]
+        names = {(namespace, job_name(self.js, rjob, index)) for rjob, index in missing}
+        if names & _replaced:
+            time.sleep(RECREATE_GAP)  # their old Jobs are gone now: let 1.20 forget them
+            _replaced.difference_update(names)
+        for rjob, index in missing:
+            self._create(_jobs_path(namespace), construct_job(self.js, rjob, index))
 
     def _create(self, path: str, body: dict[str, Any]) -> None:
         try:
