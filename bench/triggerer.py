@@ -24,7 +24,8 @@ process, as runners are) spread over ``--spread`` seconds: p50/p99/max lag from 
 end to its trigger's event, the longest event-loop stall, CPU during the wave. Goals:
 p99 lag < 1 s and no stall > 0.2 s. ``full collection`` is what one full collection of
 the process's heap costs (``gc.collect()``, timed) with nothing kinetic in it and with N
-triggers waiting: CPython's collector stops every thread for that long whenever it runs. Run from the repository root with ``PYTHONPATH=$PWD:$PWD/providers``::
+triggers waiting: CPython's collector stops every thread for that long whenever it runs.
+Run from the repository root with ``PYTHONPATH=$PWD:$PWD/providers``::
 
     .venv-airflow/bin/python bench/triggerer.py --scripted [--n 5000 --compare 1000 --interval 0.5]
 """
