@@ -140,10 +140,10 @@ def _resolve_all(
     for i, ref in enumerate(refs):
         state = _resolve_one(ref, backend_states[i], backends[scope_of[i]], now, enforce)
         kept = previous.get(state.job_id) if previous else None
-        states.append(kept if kept == state else state)
-    for ref, state in zip(refs, states, strict=True):
-        if previous and state is previous.get(state.job_id):
-            continue  # noted when the poller first kept it: nothing new to record
+        if kept == state:  # noted when the poller first kept it: nothing new to record
+            states.append(kept)
+            continue
+        states.append(state)
         history.note(open_storage(ref.storage), state, ref)
     return states
 
