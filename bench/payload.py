@@ -230,6 +230,8 @@ class TwoThreadFile:
 def child_parts(size: int, workdir: Path, settle: float = SETTLE) -> dict[str, Any]:
     """Unit costs per pass over the payload, each into new memory (a new file, a new
     object) after the same pause as the variants, to explain where kinetic's time goes."""
+    from kinetic_core.chunks import write_in_pieces
+
     data = make_payload(size)
     source = workdir / "source.pkl"
     with open(source, "wb") as fh:
@@ -264,8 +266,8 @@ def child_parts(size: int, workdir: Path, settle: float = SETTLE) -> dict[str, A
         timed("blake3 pass (one thread)", lambda: blake3(data).hexdigest())
     timed("write pass (into a new file)", lambda: write(workdir / "new-w", lambda f: f.write(data)))
     timed(
-        "write pass in 256 KiB writes (into a new file)",
-        lambda: write(workdir / "new-w", lambda f: _write_pieces(f, data)),
+        "write pass in 256 KiB writes (into a new file)",  # chunks.WRITE_PIECE, as kinetic
+        lambda: write(workdir / "new-w", lambda f: write_in_pieces(f, data)),
     )
     timed(
         "pickle.dump (into a new file)",
@@ -278,12 +280,6 @@ def child_parts(size: int, workdir: Path, settle: float = SETTLE) -> dict[str, A
     timed("pickle.load, readinto on two threads", load_two_threads)
     kept.clear()
     return {"seconds": 0.0, "parts": out}
-
-
-def _write_pieces(fh: Any, data: bytes) -> None:
-    view = memoryview(data)
-    for at in range(0, len(view), 256 << 10):
-        fh.write(view[at : at + (256 << 10)])
 
 
 def _pickle_load(path: Path) -> Any:

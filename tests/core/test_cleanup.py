@@ -3,7 +3,6 @@ tests/fault/test_records_forged.py)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 import kinetic_core as kc
 from kinetic_core.cli import main
 from tests.core import jobfns
+from tests.core.batch_helpers import wait_for
 
 
 def test_cleanup_frees_envelopes_keeps_tombstone_and_outputs(
@@ -34,12 +34,9 @@ def test_cleanup_frees_envelopes_keeps_tombstone_and_outputs(
     assert not path.exists()
 
 
-def test_cleanup_lets_a_decided_job_finish_instead_of_killing_it(
-    storage_uri: str, tmp_path: Path
-) -> None:
-    """A job reads terminal once its outcome is decided, while its runner still writes its
-    last records and exits; ``result()`` cleans up right then. The cleanup must let it end
-    on its own (it did SIGTERM it: its finished record was never written)."""
+def _decided_by_its_runner(storage_uri: str, tmp_path: Path) -> kc.JobHandle:
+    """A running job whose outcome is decided as its runner decides it, before the rest of
+    its work (here: the rest of the function, 0.3 s on) and its exit."""
     import threading
 
     from kinetic_core import records
@@ -47,13 +44,21 @@ def test_cleanup_lets_a_decided_job_finish_instead_of_killing_it(
 
     gate, ready = tmp_path / "gate", tmp_path / "ready"
     job = kc.submit(jobfns.wait_for_file, (str(gate), "done"), {"ready": str(ready)})
-    deadline = time.monotonic() + 60
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    storage = open_storage(storage_uri)
-    # the outcome first, the runner's last steps after it (here: the rest of the function)
-    records.decide(storage, job.job_id, "SUCCEEDED", None, None, by=records.BY_RUNNER)
+    wait_for(str(ready))
+    records.decide(
+        open_storage(storage_uri), job.job_id, "SUCCEEDED", None, None, by=records.BY_RUNNER
+    )
     threading.Timer(0.3, gate.touch).start()
+    return job
+
+
+def test_cleanup_lets_a_decided_job_finish_instead_of_killing_it(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    """A job reads terminal once its outcome is decided, while its runner still writes its
+    last records and exits; ``result()`` cleans up right then. The cleanup must let it end
+    on its own (it did SIGTERM it: its finished record was never written)."""
+    job = _decided_by_its_runner(storage_uri, tmp_path)
     job.cleanup()
     folder = Path(storage_uri[len("file://") :], "jobs", job.job_id)
     assert (folder / "finished.json").exists(), "the ending job was stopped by the cleanup"
@@ -66,20 +71,7 @@ def test_a_local_job_reads_terminal_only_once_its_processes_are_gone(
     """The runner decides the outcome, then writes its last records and exits, and its
     supervisor records the exit: a read in between must wait for them (docs/concepts.md:
     a job reads terminal only once none of its processes is alive)."""
-    import threading
-
-    from kinetic_core import records
-    from kinetic_core.storage import open_storage
-
-    gate, ready = tmp_path / "gate", tmp_path / "ready"
-    job = kc.submit(jobfns.wait_for_file, (str(gate), "done"), {"ready": str(ready)})
-    deadline = time.monotonic() + 60
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    records.decide(
-        open_storage(storage_uri), job.job_id, "SUCCEEDED", None, None, by=records.BY_RUNNER
-    )
-    threading.Timer(0.3, gate.touch).start()
+    job = _decided_by_its_runner(storage_uri, tmp_path)
     assert job.state().status is kc.JobStatus.SUCCEEDED
     exit_record = Path(storage_uri[len("file://") :], "backend-local", job.job_id, "exit.json")
     assert exit_record.exists(), "read terminal while the job's processes were still running"
