@@ -1,4 +1,4 @@
-# The kinetic runner image: what every Kubernetes/GKE job runs (`python -m kinetic_core.runner`).
+# The kinetic runner image: what every Kubernetes/GKE job runs (`python -m kinetic_core.runtime.runner`).
 # Its Python minor, cloudpickle and kinetic-workflows versions must be the submitter's: a runner
 # that differs ends the job with reason ImageMismatch before unpickling anything. Print yours:
 #   python -c "import sys, cloudpickle, kinetic_core as k; print(sys.version_info[:2], cloudpickle.__version__, k.__version__)"
@@ -32,4 +32,4 @@ RUN pip install ".[gcs,kubernetes,fast]" uv ${CLOUDPICKLE_VERSION:+"cloudpickle=
 
 USER kinetic
 WORKDIR /home/kinetic
-ENTRYPOINT ["python", "-m", "kinetic_core.runner"]
+ENTRYPOINT ["python", "-m", "kinetic_core.runtime.runner"]

@@ -55,8 +55,8 @@ def timed(fn: Any, *args: Any) -> tuple[float, Any]:
 
 
 def folder_runs(src: Path, tmp: Path, repeats: int) -> dict[str, list[float]]:
-    from kinetic_core import data as data_module
-    from kinetic_core.data import Data, materialize, prepare
+    from kinetic_core.data import inputs as data_module
+    from kinetic_core.data.inputs import Data, materialize, prepare
     from kinetic_core.storage import open_storage
 
     runs: dict[str, list[float]] = {"cp -r": [], "Data upload": [], "Data download": []}

@@ -6,7 +6,7 @@ SUCCEEDED/FAILED/CANCELLED in turn) is written with the project's own writers
 file:// and then ``--gcs-jobs`` of them on the GCS emulator of ``tests/gcs_emulator.py``.
 Each listing of a page of ``--limit`` runs both ways in this one process:
 
-- index (what ``list_jobs`` does on an indexed store, ``kinetic_core/job_index.py``);
+- index (what ``list_jobs`` does on an indexed store, ``kinetic_core/records/job_index.py``);
 - scan (the old ``list_jobs``, kept as ``listing.Query.scan`` for stores without an index:
   every ``handle.json`` read, and with a status filter every kept job's state resolved).
 
@@ -30,9 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import kinetic_core as kc
-from kinetic_core import job_index, listing
-from kinetic_core.parallel import parallel
+from kinetic_core.jobs import listing
+from kinetic_core.records import job_index
 from kinetic_core.storage import Storage, open_storage
+from kinetic_core.util.parallel import parallel
 from tests.core.index_helpers import SPACING, STATUSES, CountingStorage, write_job
 
 QUERIES: dict[str, dict[str, object]] = {

@@ -7,7 +7,7 @@ arithmetic, ``print``), calibrated so that without the tee it prints about ``--r
 MB/s; each variant times the same work:
 
 - none (baseline): fd 1 and 2 straight to the pipe.
-- process (what the runner does, ``kinetic_core/log_capture.py``): fds 1 and 2 into a
+- process (what the runner does, ``kinetic_core/runtime/log_capture.py``): fds 1 and 2 into a
   pipe read by a small pump process, which copies to the pipe and writes 4 MiB chunks to
   storage every few seconds.
 - thread (the alternative, kept here only to measure it): the same pump as a thread
@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kinetic_core import log_capture
-from kinetic_core.log_chunks import ChunkWriter
+from kinetic_core.records.log_chunks import ChunkWriter
+from kinetic_core.runtime import log_capture
 from kinetic_core.storage.local import LocalStorage
 
 MB = 1 << 20

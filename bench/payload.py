@@ -16,7 +16,7 @@ Each variant runs in a fresh subprocess (so peak RSS figures do not mix), interl
 - write+read: write the bytes to a file and read them back, once per direction, on one
              thread (what a hand-rolled file transport does: 2 writes, 2 reads; both files
              are kept until the end, as kinetic keeps both envelopes). Kinetic does the same
-             passes but reads and verifies on all cores (``kinetic_core/chunks.py``).
+             passes but reads and verifies on all cores (``kinetic_core/records/chunks.py``).
 
 Throughput = 2 x payload / wall time. Goals: kinetic >= 0.7x copyfile (a plain file copy);
 peak RSS of the submitting process <= 1.5x the payload. The job's peak RSS is read from
@@ -230,7 +230,7 @@ class TwoThreadFile:
 def child_parts(size: int, workdir: Path, settle: float = SETTLE) -> dict[str, Any]:
     """Unit costs per pass over the payload, each into new memory (a new file, a new
     object) after the same pause as the variants, to explain where kinetic's time goes."""
-    from kinetic_core.chunks import write_in_pieces
+    from kinetic_core.records.chunks import write_in_pieces
 
     data = make_payload(size)
     source = workdir / "source.pkl"

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 # What a local job's process imports today (supervisor, then the forked runner) ...
-JOB_IMPORTS_NOW = "import kinetic_core.backends.local.supervisor, kinetic_core.runner"
+JOB_IMPORTS_NOW = "import kinetic_core.backends.local.supervisor, kinetic_core.runtime.runner"
 # ... and the floor: cloudpickle plus the stdlib modules the runner's work really needs
 # (no asyncio/inspect unless the function is async, no platform/socket/argparse/config).
 JOB_IMPORTS_FLOOR = "import cloudpickle, hashlib, hmac, json, pickle, struct, threading, traceback"
@@ -251,7 +251,7 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
 
     print(f"\nJob-side import cost (python -X importtime, median of {args.importtime_repeats})")
     bare_start = med([time_bare() for _ in range(args.importtime_repeats)])
-    for module in ("kinetic_core.backends.local.supervisor", "kinetic_core.runner"):
+    for module in ("kinetic_core.backends.local.supervisor", "kinetic_core.runtime.runner"):
         total, top = importtime(module, args.importtime_repeats)
         print(
             f"  import {module}: {ms(total)} cumulative (bare interpreter start {ms(bare_start)})"

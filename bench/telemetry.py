@@ -3,7 +3,7 @@
 Both variants run in this one process, interleaved (alternating which goes first),
 ``--repeats`` times; medians (and
 bests) are reported. The job is a fixed amount of pure-Python arithmetic (``--seconds``
-long without the sidecar). With the sidecar, the real ``kinetic_core.sidecar.Sidecar``
+long without the sidecar). With the sidecar, the real ``kinetic_core.runtime.sidecar.Sidecar``
 thread runs beside it against a file:// storage root, as in a job: one list of
 ``jobs/{id}/signals`` per tick and a telemetry sample (``/proc`` of this process tree,
 NVML where present) written every sample interval. ``--tick``/``--sample`` set the two
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kinetic_core import sidecar, signals, telemetry
+from kinetic_core.runtime import sidecar, signals, telemetry
 from kinetic_core.storage.local import LocalStorage
 
 JOB_ID = "bench-telemetry"

@@ -158,7 +158,7 @@ def timed_collection() -> float:
 
 
 def submit_scripted(n: int, interval: float) -> list[kc.JobHandle]:
-    from kinetic_core import registry
+    from kinetic_core.util import registry
 
     registry.BACKENDS["scripted"] = "tests.core.scripted_backend:KIND"
     target = {"backend": "scripted", "poll_interval": interval}
@@ -173,8 +173,8 @@ def end_jobs(storage_uri: str, job_ids: list[str], spread: float) -> dict[str, f
     spread evenly over ``spread`` seconds; when each ended. Runs in its own process
     (``--end-jobs``): runners are other processes, and 5,000 record writes in the
     triggerer's process would take its GIL and measure the benchmark, not the waits."""
-    from kinetic_core import layout
-    from kinetic_core.records import BY_RUNNER, decide, write_record
+    from kinetic_core.records import layout
+    from kinetic_core.records.lifecycle import BY_RUNNER, decide, write_record
     from kinetic_core.storage import open_storage
 
     order = list(job_ids)

@@ -41,9 +41,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kinetic_core as kc
-from kinetic_core import layout
-from kinetic_core.jobs import JobHandle
-from kinetic_core.records import BY_RUNNER, decide
+from kinetic_core.jobs.handle import JobHandle
+from kinetic_core.records import layout
+from kinetic_core.records.lifecycle import BY_RUNNER, decide
 from kinetic_core.storage import open_storage
 
 

@@ -3,7 +3,7 @@
 A backend addresses jobs by job id (names derive from it deterministically), so a
 handle read from storage is all any process needs to observe or cancel a job. Each
 backend is a package below this one exposing its ``BackendKind`` (what differs between
-backends, asked without a connection), listed by name in ``kinetic_core.registry``; a
+backends, asked without a connection), listed by name in ``kinetic_core.util.registry``; a
 failure to reach the backend's service surfaces as ``BackendError``, never as a foreign
 library's exception.
 """
@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from kinetic_core import registry
+from kinetic_core.util import registry
 
 if TYPE_CHECKING:  # not at run time: the local supervisor imports this package at every job start
-    from kinetic_core.config import Target
+    from kinetic_core.config.target import Target
 
 Phase = Literal["pending", "running", "exited", "gone", "not_found"]
 
@@ -41,7 +41,14 @@ class LaunchSpec:
     fuse_volumes: dict[str, str] = field(default_factory=dict)  # mount path -> gs:// (GKE FUSE)
 
     def runner_args(self) -> list[str]:
-        return ["-m", "kinetic_core.runner", "--storage", self.storage_uri, "--job-id", self.job_id]
+        return [
+            "-m",
+            "kinetic_core.runtime.runner",
+            "--storage",
+            self.storage_uri,
+            "--job-id",
+            self.job_id,
+        ]
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,7 @@ class Backend(Protocol):
       would be refused, without stopping anything; ``JobHandle.cancel`` records a cancel
       only after this passed.
     - ``port_forward(job_id, ports, worker) -> PortForward``: local ports to the running
-      job's ports (``kinetic_core.ports``); without it ``JobHandle.port_forward`` is a
+      job's ports (``kinetic_core.util.ports``); without it ``JobHandle.port_forward`` is a
       ConfigError naming the backend.
     - ``on_change(listener) -> None``: call ``listener(job_id)`` (from any thread; it only
       schedules work) when the backend sees a job change; the async shared poller then
@@ -126,7 +133,7 @@ class Backend(Protocol):
 @runtime_checkable
 class BackendKind(Protocol):
     """What the core asks of a backend without a connection or a foreign library: one per
-    backend package (its ``KIND``), registered by name in ``kinetic_core.registry``. The
+    backend package (its ``KIND``), registered by name in ``kinetic_core.util.registry``. The
     core never compares backend names; it asks the kind."""
 
     @property

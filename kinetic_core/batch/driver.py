@@ -24,19 +24,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kinetic_core import layout, registry
 from kinetic_core.backends import BackendKind
-from kinetic_core.batch.records import BatchRecords, Ticket, child_job_id, read_manifest
-from kinetic_core.config import Target
+from kinetic_core.batch.manifest import BatchRecords, Ticket, child_job_id, read_manifest
+from kinetic_core.config.target import Target
+from kinetic_core.control.polling import DEFAULT_INTERVAL, poll_ticks
+from kinetic_core.control.resolution import resolve_states
 from kinetic_core.errors import KineticError
-from kinetic_core.ids import keyed_id
-from kinetic_core.jobs import JobHandle, load_handle
-from kinetic_core.payload import rebind_envelope
-from kinetic_core.polling import DEFAULT_INTERVAL, poll_ticks
+from kinetic_core.jobs.handle import JobHandle, load_handle
+from kinetic_core.jobs.submission import launch_staged
+from kinetic_core.records import layout
+from kinetic_core.records.envelope import rebind_envelope
 from kinetic_core.states import JobState, JobStatus
-from kinetic_core.status import resolve_states
 from kinetic_core.storage import open_storage
-from kinetic_core.submission import launch_staged
+from kinetic_core.util import registry
+from kinetic_core.util.ids import keyed_id
 
 DRIVER_KEY = "batch-driver/{group_id}/{round}"
 # Extra attempts for a child whose launch a dying driver left half-done (it never ran).

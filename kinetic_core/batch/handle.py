@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kinetic_core import layout
 from kinetic_core.batch.driver import StepResult, driver_jobs
 from kinetic_core.batch.logtail import DEFAULT_LINES_PER_CHILD, BatchLogTail
-from kinetic_core.batch.records import BatchRecords, child_key, unsubmitted_status
+from kinetic_core.batch.manifest import BatchRecords, child_key, unsubmitted_status
 from kinetic_core.batch.tracker import BatchProgress, Tracker, index_of
-from kinetic_core.config import positive_seconds
+from kinetic_core.config.target import positive_seconds
+from kinetic_core.control.polling import Until, apoll_ticks, in_thread, poll_ticks
+from kinetic_core.control.resolution import resolve_states
 from kinetic_core.errors import BatchError
-from kinetic_core.jobs import JobHandle
-from kinetic_core.polling import Until, apoll_ticks, in_thread, poll_ticks
+from kinetic_core.jobs.handle import JobHandle
+from kinetic_core.records import layout
 from kinetic_core.states import ChildStatus, JobState, JobStatus, timestamp
-from kinetic_core.status import resolve_states
 
 DEFAULT_POLL_TIMEOUT = 24 * 3600.0  # an attached batch never waits forever by default
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from kinetic_core.batch.driver import StepResult
-from kinetic_core.logs import LogStream
-from kinetic_core.polling import in_thread
+from kinetic_core.control.logs import LogStream
+from kinetic_core.control.polling import in_thread
 
 DEFAULT_LINES_PER_CHILD = 20
 

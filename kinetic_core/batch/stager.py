@@ -12,15 +12,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kinetic_core import layout
 from kinetic_core.batch.driver import DRIVER_KEY, Driver, drive_batch, driver_target
-from kinetic_core.batch.records import BatchRecords, child_job_id
-from kinetic_core.config import Target
-from kinetic_core.ids import keyed_id
-from kinetic_core.jobs import JobHandle
-from kinetic_core.launching import check_launch, launch_spec
+from kinetic_core.batch.manifest import BatchRecords, child_job_id
+from kinetic_core.config.target import Target
+from kinetic_core.control.launching import check_launch, launch_spec
+from kinetic_core.jobs.handle import JobHandle
+from kinetic_core.jobs.submission import prepare, submit
+from kinetic_core.records import layout
 from kinetic_core.states import JobStatus
-from kinetic_core.submission import prepare, submit
+from kinetic_core.util.ids import keyed_id
 
 STAGING_THREADS = 16
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kinetic_core.batch.driver import Driver, StepResult
-from kinetic_core.batch.records import BatchRecords, unsubmitted_status
-from kinetic_core.jobs import BATCH_INDEX_TAG, JobHandle
+from kinetic_core.batch.manifest import BatchRecords, unsubmitted_status
+from kinetic_core.jobs.handle import BATCH_INDEX_TAG, JobHandle
 from kinetic_core.states import ChildStatus, JobState
 
 

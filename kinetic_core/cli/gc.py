@@ -8,7 +8,7 @@ import click
 
 import kinetic_core as kc
 from kinetic_core.cli.common import listable_root, target_of
-from kinetic_core.gc import cutoff_of
+from kinetic_core.ops.gc import cutoff_of
 
 
 class Age(click.ParamType):

@@ -10,7 +10,6 @@ import click
 
 import kinetic_core as kc
 import kinetic_core.cli.render as render
-from kinetic_core import debugging
 from kinetic_core.cli.common import (
     DONE,
     JOB_FAILED,
@@ -25,9 +24,10 @@ from kinetic_core.cli.common import (
     listable_root,
     target_of,
 )
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.control.usage import combine, per_job
+from kinetic_core.runtime import debugging
 from kinetic_core.storage import open_storage
-from kinetic_core.usage import combine, per_job
 
 job_id_argument = click.argument("job_id", shell_complete=complete_job_id)
 # The filters `list` and `usage` share (kc.list_jobs's).

@@ -11,8 +11,8 @@ import threading
 from contextlib import AbstractContextManager
 from typing import BinaryIO, Protocol, runtime_checkable
 
-from kinetic_core import registry
 from kinetic_core.errors import ConfigError, StorageError
+from kinetic_core.util import registry
 
 
 @runtime_checkable

@@ -1,7 +1,7 @@
 """gs:// storage on Google Cloud Storage with the real ``google-cloud-storage`` client.
 
 Create-only writes use ``if_generation_match=0`` (GCS decides the race atomically); every
-call runs under the one retry policy of ``kinetic_core.retrying`` with this module's
+call runs under the one retry policy of ``kinetic_core.util.retrying`` with this module's
 ``is_transient``, with the client's own retries disabled so that there is exactly one
 policy to reason about, and google errors become the protocol's errors in one place
 (``GCSStorage._call``). This is the only module that imports ``google.cloud``: file://
@@ -26,7 +26,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage as gcs
 
 from kinetic_core.errors import StorageError
-from kinetic_core.retrying import transient_retry
+from kinetic_core.util.retrying import transient_retry
 
 __all__ = ["CHUNK_SIZE", "TRANSIENT_RETRY", "GCSStorage", "is_transient"]
 
@@ -56,7 +56,7 @@ def is_transient(exc: BaseException) -> bool:
     )
 
 
-# The one retry policy (kinetic_core.retrying), told which GCS errors are transient.
+# The one retry policy (kinetic_core.util.retrying), told which GCS errors are transient.
 TRANSIENT_RETRY = transient_retry(is_transient)
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from kinetic_core.errors import StorageError
-from kinetic_core.procs import process_alive, start_ticks
 from kinetic_core.storage import storage_failed, write_failed
+from kinetic_core.util.procs import process_alive, start_ticks
 
 # Staging files without a live writer in their name are swept once older than this.
 STALE_STAGING = 3600.0

@@ -21,10 +21,11 @@ from threading import Lock
 from typing import Any, BinaryIO
 
 import kinetic_core as kc
-from kinetic_core import layout, outputs
-from kinetic_core.config import Target
-from kinetic_core.listing import INTERNAL_TAG_PREFIX, Query
-from kinetic_core.payload import load_envelope
+from kinetic_core.config.target import Target
+from kinetic_core.data import outputs
+from kinetic_core.jobs.listing import INTERNAL_TAG_PREFIX, Query
+from kinetic_core.records import layout
+from kinetic_core.records.envelope import load_envelope
 from kinetic_core.storage import Storage, open_storage
 
 #: Longest result repr shown (characters): a glance, not a download.

@@ -47,7 +47,7 @@ def every_option() -> dict[str, Any]:
     """Each Target option with its example value, as the form saves it (typed JSON)."""
     values = {o.name: o.example for o in kc.target_options()}
     missing = sorted(name for name, value in values.items() if value is None)
-    assert not missing, f"give {missing} an example in kinetic_core/options.py"
+    assert not missing, f"give {missing} an example in kinetic_core/config/options.py"
     return values
 
 

@@ -22,10 +22,10 @@ import pytest
 
 import kinetic_core as kc
 from kinetic_core.backends import Backend, BackendState, LaunchSpec, get_backend
-from kinetic_core.ids import new_id
-from kinetic_core.launching import launch_spec
-from kinetic_core.polling import poll_ticks
-from kinetic_core.submission import prepare
+from kinetic_core.control.launching import launch_spec
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.jobs.submission import prepare
+from kinetic_core.util.ids import new_id
 
 FNS = "tests.contract.contract_fns"  # shipped by value: pods cannot import tests/
 # Jobs are signed, as in production: a launch then carries a secret (a Kubernetes Secret,

@@ -27,7 +27,7 @@ import kinetic_core as kc
 from kinetic_core.backends import LaunchSpec
 from kinetic_core.backends.local import LocalBackend, zygote
 from kinetic_core.backends.local.launch_record import LAUNCH, LOG
-from kinetic_core.procs import process_alive, start_ticks, stdout_of
+from kinetic_core.util.procs import process_alive, start_ticks, stdout_of
 from tests.cleanup import kill_leftovers
 from tests.contract import contract_fns
 from tests.contract.harness import FNS, SIGNING_KEY, Fault, Harness, monkeypatch_env, until

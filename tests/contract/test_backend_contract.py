@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from kinetic_core.errors import BackendError, KineticError, SubmissionError
-from kinetic_core.ids import new_id
+from kinetic_core.util.ids import new_id
 from tests.contract import contract_fns
 from tests.contract.harness import ENDED, Harness, Held, until
 from tests.contract.harnesses import WITH_LASTING_FAULT

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kinetic_core.payload import dump_envelope
+from kinetic_core.records.envelope import dump_envelope
 from kinetic_core.storage import open_storage
 
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from kinetic_core import chunks
+from kinetic_core.records import chunks
 
 
 def without_blake3(monkeypatch: pytest.MonkeyPatch) -> None:

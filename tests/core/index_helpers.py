@@ -1,5 +1,5 @@
 """Writing many jobs fast for index tests and ``bench/listing.py``: the project's own
-writers (``job_index.note_created``, the handle record, ``records.decide``), no processes;
+writers (``job_index.note_created``, the handle record, ``lifecycle.decide``), no processes;
 and a Storage that counts the requests made through it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from typing import BinaryIO
 
 import kinetic_core as kc
-from kinetic_core import job_index, layout, records
+from kinetic_core.records import job_index, layout, lifecycle
 from kinetic_core.storage import Storage
 
 #: A day's worth of nightly history: one job every 10 minutes.
@@ -46,9 +46,9 @@ def write_job(
     storage.write_bytes(layout.job_file(job_id, layout.HANDLE), handle.record(), create_only=True)
     if status is not None:
         if indexed:
-            records.decide(storage, job_id, status, None, None, by="test")
+            lifecycle.decide(storage, job_id, status, None, None, by="test")
         else:  # an older version: the outcome without an end entry
-            records.write_record(
+            lifecycle.write_record(
                 storage, job_id, layout.OUTCOME, create_only=True, status=status, reason=None
             )
     return handle

@@ -1,7 +1,7 @@
 """A backend that runs nothing and reports what a test scripts: a job pending or running
 for as long as the test wants, which no real backend here can be made to do on demand.
 
-Registered per test through ``kinetic_core.registry`` (``register(monkeypatch)``), so status
+Registered per test through ``kinetic_core.util.registry`` (``register(monkeypatch)``), so status
 resolution, deadlines and cancel run their real code against it.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from kinetic_core import registry
 from kinetic_core.backends import BackendState, LaunchSpec, PlainKind
+from kinetic_core.util import registry
 
 NAME = "scripted"
 

@@ -1,6 +1,6 @@
 """A multi-host job run by hand: its handle as a JobSet launch records it (a 4-host TPU
 slice), each worker's real runner started as its pod would (``python -m
-kinetic_core.runner`` with the manifest's env), and a backend that runs nothing and reads
+kinetic_core.runtime.runner`` with the manifest's env), and a backend that runs nothing and reads
 each worker's log from its stream in storage (as the Kubernetes backend once the pod is
 gone). Shared by the core, Airflow and Prefect tests of multi-host jobs."""
 
@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout, registry
 from kinetic_core.backends import PlainKind
 from kinetic_core.backends.kubernetes.pod_logs import JobLog
-from kinetic_core.jobs import load_handle
+from kinetic_core.jobs.handle import load_handle
+from kinetic_core.records import layout
 from kinetic_core.storage import open_storage
+from kinetic_core.util import registry
 from tests.core import scripted_backend, workerfns
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +40,7 @@ def start_worker(storage_uri: str, job_id: str, index: int) -> subprocess.Popen[
         KINETIC_LOG_TO_STORAGE="1",  # stdout is a pipe, as a pod's: its log kept in storage
         KINETIC_LOG_FLUSH_SECONDS="0.2",
     )
-    argv = [sys.executable, "-m", "kinetic_core.runner", "--storage", storage_uri]
+    argv = [sys.executable, "-m", "kinetic_core.runtime.runner", "--storage", storage_uri]
     return subprocess.Popen(
         [*argv, "--job-id", job_id],
         env=env,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import registry
 from kinetic_core.backends import PlainKind, get_backend
+from kinetic_core.util import registry
 
 
 class KeyedBackend:

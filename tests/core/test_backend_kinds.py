@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import registry
 from kinetic_core.backends import Backend, BackendKind
 from kinetic_core.backends.kubernetes.image import DEFAULT_IMAGE
 from kinetic_core.batch.driver import pod_credentials
-from kinetic_core.data import Data, check_volumes
-from kinetic_core.links import job_links
+from kinetic_core.data.inputs import Data, check_volumes
+from kinetic_core.jobs.links import job_links
+from kinetic_core.util import registry
 
 CORE = Path(__file__).resolve().parents[2] / "kinetic_core"
 NAMES = {"local", "kubernetes", "gke"}

@@ -26,8 +26,8 @@ import pytest
 import kinetic_core as kc
 from kinetic_core.backends import get_backend
 from kinetic_core.batch.driver import drive_batch
-from kinetic_core.batch.records import child_job_id
-from kinetic_core.payload import read_summary
+from kinetic_core.batch.manifest import child_job_id
+from kinetic_core.records.envelope import read_summary
 from kinetic_core.storage import open_storage
 from tests.cleanup import kill_leftovers
 from tests.core import batch_helpers as h

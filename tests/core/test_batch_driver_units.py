@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kinetic_core.batch.driver import never_ran, pod_credentials
-from kinetic_core.batch.records import BatchRecords, Ticket, child_job_id
+from kinetic_core.batch.manifest import BatchRecords, Ticket, child_job_id
 from kinetic_core.states import JobState, JobStatus
 
 

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout, records, runner
 from kinetic_core.backends import BackendState
-from kinetic_core.payload import failure_body, success_body
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.records import layout, lifecycle
+from kinetic_core.records.envelope import failure_body, success_body
+from kinetic_core.runtime import runner
 from kinetic_core.storage import open_storage
 from tests.core import jobfns
 from tests.core.scripted_backend import ScriptedBackend, register
@@ -80,8 +81,8 @@ def test_two_stops_the_first_one_decides(scripted: type[ScriptedBackend]) -> Non
     job = kc.submit(jobfns.add, (1,), target={"backend": "scripted", "life_span": 5})
     scripted.ignore_cancel.add(job.job_id)
     storage = open_storage(job.storage)
-    first = records.decide(storage, job.job_id, "CANCELLED", "Cancelled", "first", by="cancel")
-    second = records.decide(storage, job.job_id, "CANCELLED", "Cancelled", "second", by="cancel")
+    first = lifecycle.decide(storage, job.job_id, "CANCELLED", "Cancelled", "first", by="cancel")
+    second = lifecycle.decide(storage, job.job_id, "CANCELLED", "Cancelled", "second", by="cancel")
     assert first == (True, None)
     assert second[0] is False and second[1] is not None and second[1]["message"] == "first"
     assert _outcome(job)["message"] == "first"

@@ -15,10 +15,17 @@ import cloudpickle
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import chunks, signing
-from kinetic_core.chunks import HashingWriter, VerifiedReader, digest_of
-from kinetic_core.payload import _SIGNED, MAGIC, dump_envelope, load_envelope, rebind_envelope
+from kinetic_core.records import chunks
+from kinetic_core.records.chunks import HashingWriter, VerifiedReader, digest_of
+from kinetic_core.records.envelope import (
+    _SIGNED,
+    MAGIC,
+    dump_envelope,
+    load_envelope,
+    rebind_envelope,
+)
 from kinetic_core.storage import open_storage
+from kinetic_core.util import signing
 from tests.core.envelopes import Marker, write_envelope
 from tests.core.formats import with_format
 

@@ -39,14 +39,14 @@ def _decided_by_its_runner(storage_uri: str, tmp_path: Path) -> kc.JobHandle:
     its work (here: the rest of the function, 0.3 s on) and its exit."""
     import threading
 
-    from kinetic_core import records
+    from kinetic_core.records import lifecycle
     from kinetic_core.storage import open_storage
 
     gate, ready = tmp_path / "gate", tmp_path / "ready"
     job = kc.submit(jobfns.wait_for_file, (str(gate), "done"), {"ready": str(ready)})
     wait_for(str(ready))
-    records.decide(
-        open_storage(storage_uri), job.job_id, "SUCCEEDED", None, None, by=records.BY_RUNNER
+    lifecycle.decide(
+        open_storage(storage_uri), job.job_id, "SUCCEEDED", None, None, by=lifecycle.BY_RUNNER
     )
     threading.Timer(0.3, gate.touch).start()
     return job

@@ -296,9 +296,9 @@ def test_regression_output_dir_on_gs_storage_is_a_local_folder(
 def test_an_attempt_created_outside_submit_inherits_too(any_storage: str) -> None:
     """Inheritance lives in the job: an attempt made by anything that creates attempt N+1 of
     a key with its deterministic id (a recovery, a batch retry) starts with N's outputs."""
-    from kinetic_core.config import Target
-    from kinetic_core.ids import keyed_id
-    from kinetic_core.submission import _Submission
+    from kinetic_core.config.target import Target
+    from kinetic_core.jobs.submission import _Submission
+    from kinetic_core.util.ids import keyed_id
 
     key = f"recover-{os.urandom(4).hex()}"
     first = kc.submit(jobfns.checkpointed, (4, 2), idempotency_key=key)

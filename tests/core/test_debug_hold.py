@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import debugging
 from kinetic_core.cli import main
 from kinetic_core.errors import ConfigError
-from kinetic_core.procs import group_members
+from kinetic_core.runtime import debugging
 from kinetic_core.storage import open_storage
+from kinetic_core.util.procs import group_members
 from tests.core import outdebug_fns
 
 

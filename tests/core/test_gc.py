@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout
 from kinetic_core.cli.app import run as cli_main
+from kinetic_core.records import layout
 from kinetic_core.storage import open_storage
 from tests.core import jobfns
 
@@ -173,7 +173,7 @@ def test_a_keyed_submit_after_gc_starts_a_new_attempt(storage_uri: str) -> None:
 
 
 def _until(check: object, what: str) -> None:
-    from kinetic_core.polling import poll_ticks
+    from kinetic_core.control.polling import poll_ticks
 
     for _ in poll_ticks(interval=0.2, timeout=60, describe=lambda: what):
         if check():  # type: ignore[operator]

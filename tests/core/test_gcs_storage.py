@@ -310,7 +310,7 @@ def test_emulator_enforces_generation_preconditions(
 
 def test_google_cloud_is_not_imported_for_file_storage(tmp_path: Path) -> None:
     code = (
-        "import sys; from kinetic_core.storage import open_storage; import kinetic_core.runner; "
+        "import sys; from kinetic_core.storage import open_storage; import kinetic_core.runtime.runner; "
         f"s = open_storage('file://{tmp_path}'); s.write_bytes('a', b'1'); "
         "assert s.read_bytes('a') == b'1'; "
         "print(sorted(m for m in sys.modules if m.startswith(('google', 'kinetic_core.storage.gcs'))))"

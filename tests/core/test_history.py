@@ -11,10 +11,11 @@ import pytest
 from gcs_emulator import GCSEmulator
 
 import kinetic_core as kc
-from kinetic_core import history, layout, runner
 from kinetic_core.backends import BackendState
 from kinetic_core.cli import main
-from kinetic_core.payload import success_body
+from kinetic_core.records import history, layout
+from kinetic_core.records.envelope import success_body
+from kinetic_core.runtime import runner
 from kinetic_core.storage import open_storage
 from tests.core import jobfns
 from tests.core.scripted_backend import register

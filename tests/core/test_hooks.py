@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import hooks, layout
+from kinetic_core.config import hooks
+from kinetic_core.records import layout
 from tests.core import jobfns
 from tests.core.hookfns import calls
 
@@ -173,8 +174,8 @@ def test_an_end_seen_first_fires_started_only_if_the_job_ran(storage_uri: str) -
     its backend reported (a queue's admission)."""
     from datetime import UTC, datetime
 
-    from kinetic_core import history
-    from kinetic_core.records import write_record
+    from kinetic_core.records import history
+    from kinetic_core.records.lifecycle import write_record
     from kinetic_core.storage import open_storage
 
     recorder = kc.register_hooks(Recorder())
@@ -254,10 +255,10 @@ def test_a_raising_hook_is_logged_and_does_not_break_result(
 ) -> None:
     kc.register_hooks(Raises())
     recorder = kc.register_hooks(Recorder())
-    with caplog.at_level(logging.ERROR, logger="kinetic_core.hooks"):
+    with caplog.at_level(logging.ERROR, logger="kinetic_core.config.hooks"):
         job = kc.submit(jobfns.add, (20, 22))
         assert job.result(timeout=60) == 42
-    raised = [r for r in caplog.records if r.name == "kinetic_core.hooks"]
+    raised = [r for r in caplog.records if r.name == "kinetic_core.config.hooks"]
     assert len(raised) == 2 and all("slack is down" in r.exc_text for r in raised)  # type: ignore[operator]
     assert recorder.names()[-2:] == ["started", "succeeded"]  # later hooks still ran
 

@@ -11,7 +11,7 @@ import cloudpickle
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout
+from kinetic_core.records import layout
 from kinetic_core.storage import open_storage
 from tests.core import jobfns
 

@@ -1,4 +1,4 @@
-"""The job index (``kinetic_core/job_index.py``): the newest page costs a bounded number of
+"""The job index (``kinetic_core/records/job_index.py``): the newest page costs a bounded number of
 storage requests, whatever the history; no ghost and no miss after a kill between any two
 writes; concurrent submitters all appear; older stores list everything and reindex once;
 batches show as one row.
@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-import kinetic_core.listing as listing
-from kinetic_core import job_index, jobs, layout
+import kinetic_core.jobs.listing as listing
 from kinetic_core.cli import main
+from kinetic_core.jobs import handle as jobs
+from kinetic_core.records import job_index, layout
 from kinetic_core.storage import Storage, open_storage
 from tests.cleanup import kill_leftovers
 from tests.core import batch_helpers, jobfns
@@ -242,7 +243,7 @@ def test_decider_killed_between_outcome_and_end_entry(storage_uri: str) -> None:
     run_killed(
         "\0",
         ".end=",
-        "from kinetic_core import records\nfrom kinetic_core.storage import open_storage\n"
+        "from kinetic_core.records import lifecycle as records\nfrom kinetic_core.storage import open_storage\n"
         "from tests.core.index_helpers import write_job\n"
         f"s = open_storage({storage_uri!r})\n"
         "write_job(s, 'decided-job', 1764000000.0)\n"

@@ -205,7 +205,7 @@ def test_missing_module_error_says_how_to_ship_it(
     ghost = types.ModuleType("ghostmod")
     exec("def f():\n    return 1\n", ghost.__dict__)
     monkeypatch.setitem(sys.modules, "ghostmod", ghost)
-    monkeypatch.setattr("kinetic_core.submission._by_value_modules", lambda fn, target: [])
+    monkeypatch.setattr("kinetic_core.jobs.submission._by_value_modules", lambda fn, target: [])
     job = kc.submit(ghost.f)
     with pytest.raises(Exception) as info:
         job.result(timeout=60)
@@ -214,7 +214,7 @@ def test_missing_module_error_says_how_to_ship_it(
     assert "Version skew" not in str(info.value)
     # With pickle_by_value the same function runs.
     monkeypatch.setattr(
-        "kinetic_core.submission._by_value_modules",
+        "kinetic_core.jobs.submission._by_value_modules",
         lambda fn, target: list(target.pickle_by_value or []),
     )
     assert kc.submit(ghost.f, target={"pickle_by_value": ["ghostmod"]}).result(timeout=60) == 1
@@ -303,9 +303,9 @@ def test_a_job_launched_while_an_observer_polls_it_is_not_lost(
     reads storage, ``launched.json`` is there. That is a launch it missed, not a deletion
     (a CI run saw a batch child sealed Lost this way, then launched again)."""
     from kinetic_core.backends.local.backend import LocalBackend
-    from kinetic_core.jobs import JobHandle
-    from kinetic_core.status import resolve_states
-    from kinetic_core.submission import prepare
+    from kinetic_core.control.resolution import resolve_states
+    from kinetic_core.jobs.handle import JobHandle
+    from kinetic_core.jobs.submission import prepare
 
     plan = prepare(jobfns.add, (2, 3), {}, target=kc.Target(storage=storage_uri))
     job_id = "observed-launch-1"

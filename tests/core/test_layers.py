@@ -69,12 +69,16 @@ def test_core_import_graph_has_no_cycle() -> None:
 def test_bottom_layers_import_nothing_above_them() -> None:
     graph = core_graph()
     assert graph["kinetic_core.errors"] == set()
-    assert graph["kinetic_core.layout"] <= {"kinetic_core.ids"}
+    assert graph["kinetic_core.records.layout"] <= {"kinetic_core.util.ids"}
     assert graph["kinetic_core.states"] == set()
-    for module in ("kinetic_core.status", "kinetic_core.polling", "kinetic_core.runner"):
+    for module in (
+        "kinetic_core.control.resolution",
+        "kinetic_core.control.polling",
+        "kinetic_core.runtime.runner",
+    ):
         assert not graph[module] & {
-            "kinetic_core.jobs",
-            "kinetic_core.submission",
+            "kinetic_core.jobs.handle",
+            "kinetic_core.jobs.submission",
             "kinetic_core.batch",
             "kinetic_core.cli",
         }, f"{module} imports upward: {graph[module]}"

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-import kinetic_core.listing as listing
+import kinetic_core.jobs.listing as listing
 from kinetic_core.cli import main
 from tests.cleanup import kill_leftovers
 from tests.core import jobfns

@@ -11,8 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from kinetic_core import layout
-from kinetic_core.log_chunks import ChunkWriter, read_all, read_at, read_meta
+from kinetic_core.records import layout
+from kinetic_core.records.log_chunks import ChunkWriter, read_all, read_at, read_meta
 from kinetic_core.storage import Storage
 from kinetic_core.storage.local import LocalStorage
 from tests.core.readonly import read_only
@@ -112,7 +112,7 @@ def _run(tmp_path: Path, body: str, **env: str) -> subprocess.CompletedProcess[b
     script = textwrap.dedent(
         f"""
         import os, subprocess, sys, time
-        from kinetic_core import log_capture
+        from kinetic_core.runtime import log_capture
         from kinetic_core.storage.local import LocalStorage
         STORE = LocalStorage({f"file://{tmp_path / 'store'}"!r})
         log_capture.start(STORE, {JOB!r})
@@ -181,7 +181,7 @@ def test_sync_puts_everything_printed_so_far_in_storage(tmp_path: Path) -> None:
         tmp_path,
         """
         import json
-        from kinetic_core.log_chunks import read_all
+        from kinetic_core.records.log_chunks import read_all
         print("before the end is decided", flush=True)
         log_capture.sync()
         os.write(2, json.dumps(read_all(STORE, "job-logs")).encode() + b"\\n")
@@ -214,7 +214,7 @@ def test_a_sigterm_after_the_end_keeps_the_runners_exit_code(tmp_path: Path) -> 
     done = _run(
         tmp_path,
         """
-        from kinetic_core import notice
+        from kinetic_core.runtime import notice
         notice.install()
         print("done", flush=True)
         log_capture.stop()

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import registry
 from kinetic_core.backends import BackendState, PlainKind, get_backend
-from kinetic_core.jobs import JobHandle
-from kinetic_core.status import resolve_states
+from kinetic_core.control.resolution import resolve_states
+from kinetic_core.jobs.handle import JobHandle
+from kinetic_core.util import registry
 
 
 def _never_launched(storage_uri: str, **options: object) -> JobHandle:

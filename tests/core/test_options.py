@@ -18,7 +18,9 @@ def test_every_target_field_is_described_with_a_valid_example() -> None:
     options = kc.target_options()
     assert [o.name for o in options] == [f.name for f in dataclasses.fields(kc.Target)]
     for o in options:
-        assert o.help and o.example is not None, f"describe {o.name} in kinetic_core/options.py"
+        assert o.help and o.example is not None, (
+            f"describe {o.name} in kinetic_core/config/options.py"
+        )
     kc.Target(**{o.name: o.example for o in options}).validate()
     assert {o.name for o in options if o.secret} == {"signing_key", "kubeconfig"}
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kinetic_core.parallel import quota_cores
+from kinetic_core.util.parallel import quota_cores
 
 V2 = "0::/kubepods/pod1/ctr\n"
 V1 = "3:cpuset:/\n2:cpu,cpuacct:/kubepods/pod1/ctr\n1:memory:/kubepods/pod1/ctr\n"

@@ -15,7 +15,7 @@ import cloudpickle
 import pytest
 
 import kinetic_core as kc
-from kinetic_core.payload import load_envelope, skew_note
+from kinetic_core.records.envelope import load_envelope, skew_note
 from kinetic_core.storage import open_storage
 from kinetic_core.storage.local import LocalStorage
 from tests.core import jobfns
@@ -132,7 +132,15 @@ def test_signed_job_end_to_end_and_unsigned_payload_refused_by_runner(
     )
     env = {**os.environ, "KINETIC_SIGNING_KEY": "key-a"}
     proc = subprocess.run(
-        [sys.executable, "-m", "kinetic_core.runner", "--storage", storage_uri, "--job-id", job_id],
+        [
+            sys.executable,
+            "-m",
+            "kinetic_core.runtime.runner",
+            "--storage",
+            storage_uri,
+            "--job-id",
+            job_id,
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -166,7 +174,7 @@ def test_a_function_pickled_by_value_keeps_the_file_name_of_its_code() -> None:
     import io
     import pickle
 
-    from kinetic_core.payload import _Pickler
+    from kinetic_core.records.envelope import _Pickler
     from tests.core import jobfns
 
     cloudpickle.register_pickle_by_value(jobfns)

@@ -13,8 +13,8 @@ import pytest
 from blake3 import blake3
 
 import kinetic_core as kc
-from kinetic_core import chunks
-from kinetic_core.payload import MAGIC, load_envelope, read_summary
+from kinetic_core.records import chunks
+from kinetic_core.records.envelope import MAGIC, load_envelope, read_summary
 from kinetic_core.storage import open_storage
 from tests.core import jobfns
 from tests.core.envelopes import Marker, write_envelope

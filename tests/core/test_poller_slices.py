@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from kinetic_core import polling
+from kinetic_core.control import polling
 
 
 def test_a_wave_of_outcomes_reaches_the_caller_loop_in_slices(

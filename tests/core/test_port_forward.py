@@ -14,8 +14,8 @@ import pytest
 
 import kinetic_core as kc
 from kinetic_core.cli import main
-from kinetic_core.polling import poll_ticks
-from kinetic_core.ports import ForwardEnded, PortSpec, Relay
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.util.ports import ForwardEnded, PortSpec, Relay
 from tests.core import jobfns
 
 

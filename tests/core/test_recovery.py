@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout
+from kinetic_core.records import layout
 from tests.core import jobfns
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,7 +176,7 @@ def test_signed_job_on_gcs_recovers_with_a_re_signed_payload(
     """Object storage (create-only through generation preconditions) and a signing key:
     the observer verifies attempt 1's call, re-binds it to attempt 2 and signs it; the
     runner of attempt 2 verifies it. Without the key, the observer does not recover."""
-    from kinetic_core.payload import read_summary
+    from kinetic_core.records.envelope import read_summary
     from kinetic_core.storage import open_storage
 
     uri = gcs_emulator.uri(f"r-{uuid.uuid4().hex[:12]}")

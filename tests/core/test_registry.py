@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import config, registry
 from kinetic_core.backends import Backend, BackendKind, PlainKind, get_backend
+from kinetic_core.config import target as config
 from kinetic_core.storage import open_storage
+from kinetic_core.util import registry
 
 
 class FakeBackend:
@@ -36,7 +37,7 @@ def test_importing_the_registry_imports_no_backend_and_no_client_library() -> No
     """Resolving a target asks every backend's kind to check its options: the kinds and
     what they check with load, no backend module and no client library."""
     code = (
-        "import sys, kinetic_core.registry, kinetic_core.config as c; "
+        "import sys, kinetic_core.util.registry, kinetic_core.config.target as c; "
         "c.Target(kubeconfig='a: 1\\n', volumes={'/d': {'pvc': 'c'}}).resolve(environ={}); "
         "print(sorted(m for m in sys.modules if m.startswith(('google', 'kubernetes', "
         "'urllib3', 'kinetic_core.backends', 'kinetic_core.storage'))))"

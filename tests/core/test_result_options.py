@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout
+from kinetic_core.records import layout
 from tests.core import jobfns
 
 
@@ -62,7 +62,7 @@ def test_a_raising_callback_never_breaks_the_wait(
         raise RuntimeError("callback bug")
 
     job = kc.submit(jobfns.add, (20, 22))
-    with caplog.at_level(logging.ERROR, logger="kinetic_core.polling"):
+    with caplog.at_level(logging.ERROR, logger="kinetic_core.control.polling"):
         assert job.result(timeout=60, on_status_change=broken) == 42
     assert calls[-1] == "SUCCEEDED"
     assert "on_status_change raised" in caplog.text and "callback bug" in caplog.text
@@ -97,7 +97,7 @@ def test_await_reports_transitions_and_survives_a_raising_async_callback(
     async def main() -> kc.JobState:
         return await job.await_(60, on_status_change=broken)
 
-    with caplog.at_level(logging.ERROR, logger="kinetic_core.polling"):
+    with caplog.at_level(logging.ERROR, logger="kinetic_core.control.polling"):
         assert asyncio.run(main()).status is kc.JobStatus.SUCCEEDED
     assert calls[-1] == "SUCCEEDED" and len(calls) == len(set(calls))
     assert "async callback bug" in caplog.text
@@ -159,7 +159,7 @@ def test_cleanup_timeout_returns_the_value_and_leaves_the_rest(
     os.replace(fifo, log)
     payload = tmp_path / "store" / layout.job_file(job.job_id, layout.PAYLOAD)
     try:
-        with caplog.at_level(logging.WARNING, logger="kinetic_core.jobs"):
+        with caplog.at_level(logging.WARNING, logger="kinetic_core.jobs.handle"):
             assert job.result(timeout=60, cleanup_timeout=0.2) == 7
         assert f"kinetic jobs cleanup {job.job_id}" in caplog.text
         assert "cleanup_timeout=0.2s" in caplog.text

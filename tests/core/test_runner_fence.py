@@ -12,9 +12,9 @@ import uuid
 from pathlib import Path
 
 import kinetic_core as kc
-from kinetic_core import layout
 from kinetic_core.backends import REFUSED_EXIT_CODE
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.records import layout
 from tests.core import jobfns
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +22,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _runner(storage_uri: str, job_id: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "kinetic_core.runner", "--storage", storage_uri, "--job-id", job_id],
+        [
+            sys.executable,
+            "-m",
+            "kinetic_core.runtime.runner",
+            "--storage",
+            storage_uri,
+            "--job-id",
+            job_id,
+        ],
         capture_output=True,
         text=True,
         timeout=120,

@@ -11,8 +11,8 @@ import pytest
 import kinetic_core as kc
 from kinetic_core.backends import get_backend
 from kinetic_core.backends.kubernetes.image import CACHE_PATH, DEFAULT_IMAGE
-from kinetic_core.bootstrap import CACHE_ENV, REQUIREMENTS_ENV
-from kinetic_core.launching import launch_spec
+from kinetic_core.control.launching import launch_spec
+from kinetic_core.runtime.bootstrap import CACHE_ENV, REQUIREMENTS_ENV
 from tests.core import jobfns
 
 
@@ -82,8 +82,8 @@ def test_requirements_run_the_bootstrap_with_a_cache_volume(tmp_path: Path) -> N
     remote = _kubeconfig(tmp_path, "https://203.0.113.10")
     target = kc.Target(backend="gke", kubeconfig=remote, image="i:1", requirements=["six>=1"])
     runner = _runner_container(target)
-    assert runner["command"][:3] == ["python", "-m", "kinetic_core.bootstrap"]  # type: ignore[index]
-    assert runner["command"][3:5] == ["-m", "kinetic_core.runner"]  # type: ignore[index]
+    assert runner["command"][:3] == ["python", "-m", "kinetic_core.runtime.bootstrap"]  # type: ignore[index]
+    assert runner["command"][3:5] == ["-m", "kinetic_core.runtime.runner"]  # type: ignore[index]
     env = {e["name"]: e.get("value") for e in runner["env"]}  # type: ignore[attr-defined]
     assert json.loads(env[REQUIREMENTS_ENV]) == ["six>=1"] and env[CACHE_ENV] == CACHE_PATH
     assert {"name": "kinetic-env-cache", "mountPath": CACHE_PATH} in runner["volumeMounts"]  # type: ignore[operator]
@@ -111,7 +111,7 @@ def test_a_cache_volume_of_the_target_replaces_the_empty_dir(tmp_path: Path) -> 
 def test_without_requirements_the_runner_starts_directly(tmp_path: Path) -> None:
     target = kc.Target(backend="kubernetes", kubeconfig=_kubeconfig(tmp_path, "https://[::1]:1"))
     runner = _runner_container(target)
-    assert runner["command"][:3] == ["python", "-m", "kinetic_core.runner"]  # type: ignore[index]
+    assert runner["command"][:3] == ["python", "-m", "kinetic_core.runtime.runner"]  # type: ignore[index]
     assert "volumeMounts" not in runner
 
 

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout, signals, signing
 from kinetic_core.cli import main
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.records import layout
+from kinetic_core.runtime import signals
 from kinetic_core.storage import open_storage
+from kinetic_core.util import signing
 from tests.core import signalfns, slice_runs
 
 

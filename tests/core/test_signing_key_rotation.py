@@ -19,7 +19,7 @@ import pytest
 import kinetic_core as kc
 from kinetic_core.backends import get_backend
 from kinetic_core.backends.local import LocalBackend
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
 from tests.core import jobfns
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import registry
 from kinetic_core.backends import PlainKind
-from kinetic_core.config import Target
-from kinetic_core.status import resolve_states
+from kinetic_core.config.target import Target
+from kinetic_core.control.resolution import resolve_states
+from kinetic_core.util import registry
 from tests.core import jobfns
 from tests.core.scripted_backend import ScriptedBackend
 

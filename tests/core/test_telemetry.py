@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout, telemetry
 from kinetic_core.cli import main
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.records import layout
+from kinetic_core.runtime import telemetry
 from kinetic_core.storage import open_storage
 from tests.core import jobfns, signalfns
 

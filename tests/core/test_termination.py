@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import kinetic_core as kc
-from kinetic_core import termination
+from kinetic_core.ops import termination
 from tests.core import jobfns
 
 WAITER = textwrap.dedent(

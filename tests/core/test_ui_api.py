@@ -21,10 +21,10 @@ import pytest
 from starlette.testclient import TestClient
 
 import kinetic_core as kc
-from kinetic_core import layout
 from kinetic_core.cli.app import run as cli_main
-from kinetic_core.jobs import JobHandle
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.jobs.handle import JobHandle
+from kinetic_core.records import layout
 from kinetic_core.storage import open_storage
 from kinetic_core.ui import create_app, is_loopback, prepare, url_of
 from kinetic_core.ui.auth import COOKIE, LoopbackHosts

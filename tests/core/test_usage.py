@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout
 from kinetic_core.cli import main
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.records import layout
 from tests.core import jobfns
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import kinetic_core as kc
-from kinetic_core.workers import DEFAULT_COORDINATOR_PORT, framework_env
+from kinetic_core.util.workers import DEFAULT_COORDINATOR_PORT, framework_env
 
 HOSTS = [f"kinetic-abc-w-0-{i}.kinetic-abc" for i in range(4)]
 

@@ -1,4 +1,4 @@
-"""Every worker of a multi-host job runs the real runner (``python -m kinetic_core.runner``,
+"""Every worker of a multi-host job runs the real runner (``python -m kinetic_core.runtime.runner``,
 as each pod does) with the env the JobSet manifest gives it, on one file:// store: each
 runs the function once with its rank, only worker 0's value is the result, the first
 failing worker decides FAILED and is named, a replacement of a worker refuses (117)."""
@@ -15,14 +15,15 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout, notice
 from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.cli import main
+from kinetic_core.control.logs import merged_rest, read_merged
+from kinetic_core.control.polling import poll_ticks
 from kinetic_core.errors import ConfigError
-from kinetic_core.failures import describe_failure, failed_worker
-from kinetic_core.logs import merged_rest, read_merged
-from kinetic_core.polling import poll_ticks
-from kinetic_core.records import read_outcome
+from kinetic_core.jobs.failures import describe_failure, failed_worker
+from kinetic_core.records import layout
+from kinetic_core.records.lifecycle import read_outcome
+from kinetic_core.runtime import notice
 from kinetic_core.storage import open_storage
 from tests.core.slice_runs import (
     COUNT,

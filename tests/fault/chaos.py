@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import kinetic_core as kc
-from kinetic_core.ids import keyed_id
-from kinetic_core.procs import process_alive
+from kinetic_core.util.ids import keyed_id
+from kinetic_core.util.procs import process_alive
 from tests.fault import chaosfns
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import pytest
 
 import kinetic_core as kc
 from kinetic_core.batch.driver import DRIVER_KEY
-from kinetic_core.ids import keyed_id
+from kinetic_core.util.ids import keyed_id
 from tests.cleanup import kill_leftovers
 from tests.core import batch_helpers as h
 

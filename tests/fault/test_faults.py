@@ -27,7 +27,7 @@ def _wait_for(predicate, what: str, timeout: float = 30.0) -> None:  # type: ign
 
 
 def kc_ticks(timeout: float):  # type: ignore[no-untyped-def]
-    from kinetic_core.polling import poll_ticks
+    from kinetic_core.control.polling import poll_ticks
 
     try:
         yield from poll_ticks(interval=0.1, timeout=timeout, describe=lambda: "condition")

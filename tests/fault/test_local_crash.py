@@ -18,7 +18,7 @@ import pytest
 
 import kinetic_core as kc
 from kinetic_core.backends.local import zygote
-from kinetic_core.procs import process_alive, start_ticks
+from kinetic_core.util.procs import process_alive, start_ticks
 from tests.core import jobfns
 from tests.fault import chaosfns
 from tests.fault.chaos import zombie_children

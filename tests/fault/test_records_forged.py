@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import layout
 from kinetic_core.cli import main
-from kinetic_core.payload import rebind_envelope
+from kinetic_core.records import layout
+from kinetic_core.records.envelope import rebind_envelope
 from kinetic_core.storage import open_storage
 from tests.core import jobfns
 

@@ -122,7 +122,7 @@ def test_unschedulable_then_schedule_timeout(kube: kc.Target) -> None:
         k8s_fns.sleep, (0,), target=kube.merge({"accelerator": "tpu-v6e-8", "schedule_timeout": 8})
     )
     backend = _backend(kube)
-    from kinetic_core.polling import poll_ticks
+    from kinetic_core.control.polling import poll_ticks
 
     state = job.state()
     for _ in poll_ticks(interval=0.5, timeout=60, describe=lambda: "waiting for Unschedulable"):
@@ -168,7 +168,7 @@ def test_logs_tail_and_follow(kube: kc.Target) -> None:
 
 def test_cancel_deletes_job_and_pods(kube: kc.Target) -> None:
     job = kc.submit(k8s_fns.sleep, (300,), target=kube)
-    from kinetic_core.polling import poll_ticks
+    from kinetic_core.control.polling import poll_ticks
 
     for _ in poll_ticks(interval=0.5, timeout=90, describe=lambda: "job to run"):
         if job.status() is kc.JobStatus.RUNNING:
@@ -210,7 +210,7 @@ def test_reasons_from_pod_status_written_through_the_api(kube: kc.Target) -> Non
         },
     }.items():
         job = kc.submit(k8s_fns.sleep, (0,), target=target, name=case)
-        from kinetic_core.polling import poll_ticks
+        from kinetic_core.control.polling import poll_ticks
 
         for _ in poll_ticks(interval=0.3, timeout=60, describe=lambda: "pod creation"):
             pods = _pods(backend, job.job_id)
@@ -253,7 +253,7 @@ def test_bulk_poll_is_one_list_per_namespace_for_100_jobs(
     before_pods = k8s_cluster.count_requests("list", "pods", USER_AGENT)
     states = kc.resolve_states(jobs)
     assert len(states) == 100 and all(s.status is kc.JobStatus.PENDING for s in states)
-    from kinetic_core.polling import poll_ticks
+    from kinetic_core.control.polling import poll_ticks
 
     for _ in poll_ticks(interval=0.3, timeout=30, describe=lambda: "audit log flush"):
         if k8s_cluster.count_requests("list", "jobs", USER_AGENT) > before_jobs:

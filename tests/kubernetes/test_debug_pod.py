@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import debugging
 from kinetic_core.backends import get_backend
 from kinetic_core.backends.kubernetes import KubeApiError, KubernetesBackend, job_name
 from kinetic_core.cli import main
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.runtime import debugging
 from kinetic_core.storage import open_storage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

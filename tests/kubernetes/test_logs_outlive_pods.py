@@ -14,8 +14,8 @@ import kinetic_core as kc
 from kinetic_core.backends import get_backend
 from kinetic_core.backends.kubernetes import KubernetesBackend, job_name
 from kinetic_core.cli import main
-from kinetic_core.logs import LogStream
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.logs import LogStream
+from kinetic_core.control.polling import poll_ticks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import log_fns

@@ -16,7 +16,7 @@ import pytest
 import kinetic_core as kc
 from kinetic_core.backends import get_backend
 from kinetic_core.backends.kubernetes import KubeApiError, KubernetesBackend, job_name
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_fns
@@ -175,7 +175,7 @@ def test_every_pod_option_is_in_the_stored_job_and_pod(
             assert volumes["settings"]["configMap"]["name"] == "team-settings"
             assert runner["imagePullPolicy"] == "IfNotPresent"
             assert runner["workingDir"] == "/"  # from the template
-            assert runner["command"][:3] == ["python", "-m", "kinetic_core.runner"]
+            assert runner["command"][:3] == ["python", "-m", "kinetic_core.runtime.runner"]
             assert "args" not in runner  # the engine owns the command
             assert sidecar["name"] == "log-shipper" and sidecar["image"] == "fluent-bit"
             assert spec["imagePullSecrets"] == [{"name": "registry-creds"}]

@@ -21,7 +21,7 @@ from cluster.cluster import KINETIC_RULES, TestCluster
 
 import kinetic_core as kc
 from kinetic_core.backends.kubernetes import KubernetesBackend
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
 
 
 def free_port() -> int:

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_fns
 from test_backend import _backend, _list, _pods
 
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
 
 
 def _disrupt(backend: KubernetesBackend, job_id: str, kind: str) -> None:

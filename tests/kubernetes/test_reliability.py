@@ -23,8 +23,8 @@ import kinetic_core as kc
 from kinetic_core.backends.kubernetes import KubernetesBackend, job_name
 from kinetic_core.backends.kubernetes import client as kube_client
 from kinetic_core.backends.kubernetes import states as kube_states
-from kinetic_core.ids import keyed_id
-from kinetic_core.polling import poll_ticks, shared_poller
+from kinetic_core.control.polling import poll_ticks, shared_poller
+from kinetic_core.util.ids import keyed_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_fns
@@ -83,7 +83,7 @@ def test_finished_in_storage_beats_a_pod_stuck_running(kube: kc.Target) -> None:
         [
             sys.executable,
             "-m",
-            "kinetic_core.runner",
+            "kinetic_core.runtime.runner",
             "--storage",
             job.storage,
             "--job-id",

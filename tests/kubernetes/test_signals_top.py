@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import kinetic_core as kc
-from kinetic_core import signals, telemetry
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.runtime import signals, telemetry
 from tests.core import signalfns
 
 KEY = "signal-test-key-" + "s" * 16

@@ -27,7 +27,7 @@ import k8s_fns
 from test_backend import _backend, _list, _pods
 from test_reliability import _until
 
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
 
 ROOT = Path(__file__).resolve().parents[2]
 SPOT_NODE = "node-spot"  # where a spot target's pods run on the test cluster

@@ -25,9 +25,9 @@ import kinetic_core as kc
 from kinetic_core.backends import get_backend
 from kinetic_core.backends.kubernetes import KubernetesBackend, job_name
 from kinetic_core.backends.kubernetes import client as kube_client
-from kinetic_core.ids import keyed_id
-from kinetic_core.launching import launch_spec
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.launching import launch_spec
+from kinetic_core.control.polling import poll_ticks
+from kinetic_core.util.ids import keyed_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_fns

@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-from kinetic_core import polling
 from kinetic_core.backends import get_backend
 from kinetic_core.backends.kubernetes import KubernetesBackend
 from kinetic_core.backends.kubernetes import watch as kube_watch
 from kinetic_core.backends.kubernetes.client import USER_AGENT
 from kinetic_core.backends.kubernetes.states import job_state
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control import polling
+from kinetic_core.control.polling import poll_ticks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -15,7 +15,7 @@ import kinetic_core as kc
 from kinetic_core.backends.kubernetes import KubernetesBackend
 from kinetic_core.backends.kubernetes.backend import WORKER_INDEX_LABEL
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
-from kinetic_core.polling import poll_ticks
+from kinetic_core.control.polling import poll_ticks
 from tests.core import workerfns
 
 

@@ -79,7 +79,7 @@ def test_sdist_has_the_sources_and_no_leftovers(dist: Path) -> None:
     with tarfile.open(sdist) as tar:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
     assert {n.split("/")[0] for n in names} == TOP_LEVEL
-    assert "kinetic_core/jobs.py" in names and "providers/kinetic_prefect/blocks.py" in names
+    assert "kinetic_core/jobs/handle.py" in names and "providers/kinetic_prefect/blocks.py" in names
     leftovers = [
         n
         for n in names

@@ -32,7 +32,7 @@ def every_option() -> dict[str, object]:
     """Each Target option with its example value (the secrets as their block fields take them)."""
     values = {o.name: o.example for o in kc.target_options()}
     missing = sorted(name for name, value in values.items() if value is None)
-    assert not missing, f"give {missing} an example in kinetic_core/options.py"
+    assert not missing, f"give {missing} an example in kinetic_core/config/options.py"
     return values
 
 

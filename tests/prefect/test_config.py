@@ -13,7 +13,7 @@ from prefect import flow
 from prefect.testing.cli import invoke_and_assert
 
 import kinetic_core as kc
-from kinetic_core.payload import read_summary
+from kinetic_core.records.envelope import read_summary
 from kinetic_core.storage import open_storage
 
 

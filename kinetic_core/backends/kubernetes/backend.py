@@ -42,10 +42,10 @@ from kinetic_core.backends.kubernetes.watch import (
     namespace_watch,
     revision,
 )
-from kinetic_core.config import DEFAULT_LOST_GRACE, DEFAULT_STORAGE, Target
+from kinetic_core.config.target import DEFAULT_LOST_GRACE, DEFAULT_STORAGE, Target
 from kinetic_core.errors import BackendError, ConfigError, PermissionDenied, SubmissionError
-from kinetic_core.ports import PortForward, PortSpec
 from kinetic_core.storage import open_storage
+from kinetic_core.util.ports import PortForward, PortSpec
 
 log = logging.getLogger(__name__)
 

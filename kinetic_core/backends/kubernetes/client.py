@@ -34,9 +34,9 @@ if importlib.util.find_spec("kubernetes") is None:
 import urllib3
 
 from kinetic_core.backends.kubernetes.credentials import is_reference, kubeconfig_content
-from kinetic_core.config import Target
+from kinetic_core.config.target import Target
 from kinetic_core.errors import BackendError, ConfigError, KineticError, PermissionDenied
-from kinetic_core.retrying import transient_retry
+from kinetic_core.util.retrying import transient_retry
 
 USER_AGENT = "kinetic-workflows/0.1.0"
 DEFAULT_NAMESPACE = "default"
@@ -95,7 +95,7 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
 
 
-# The one retry policy (kinetic_core.retrying), told which Kubernetes errors are transient.
+# The one retry policy (kinetic_core.util.retrying), told which Kubernetes errors are transient.
 API_RETRY = transient_retry(is_transient)
 
 

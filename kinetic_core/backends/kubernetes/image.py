@@ -8,7 +8,7 @@ loaded into the cluster under that tag (``kind load docker-image …``) runs. An
 no node could pull an unqualified local tag, so the submit is a ``ConfigError`` before
 anything is created, saying how to build and push the project's Dockerfile.
 
-``requirements=[...]`` starts the pod with ``python -m kinetic_core.bootstrap`` (it
+``requirements=[...]`` starts the pod with ``python -m kinetic_core.runtime.bootstrap`` (it
 installs them with uv into an environment cached under ``CACHE_PATH``, then runs the
 runner there). The cache is an ``emptyDir`` unless the target mounts its own volume at
 ``CACHE_PATH`` (a PVC or hostPath: environments then outlive pods).
@@ -21,17 +21,17 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from kinetic_core.bootstrap import CACHE_ENV, DEFAULT_CACHE, REQUIREMENTS_ENV
 from kinetic_core.errors import ConfigError
+from kinetic_core.runtime.bootstrap import CACHE_ENV, DEFAULT_CACHE, REQUIREMENTS_ENV
 
 if TYPE_CHECKING:
-    from kinetic_core.config import Target
+    from kinetic_core.config.target import Target
 
 #: What the project's Dockerfile builds (``docker build -t kinetic-workflows-runner:0.1.0 .``).
 DEFAULT_IMAGE = "kinetic-workflows-runner:0.1.0"
 CACHE_PATH = DEFAULT_CACHE
 CACHE_VOLUME = "kinetic-env-cache"
-BOOTSTRAP = ["-m", "kinetic_core.bootstrap"]
+BOOTSTRAP = ["-m", "kinetic_core.runtime.bootstrap"]
 
 
 def is_local_server(server: str) -> bool:

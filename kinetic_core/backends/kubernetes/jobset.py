@@ -4,7 +4,7 @@ documents for multi-host TPU slices and what Kueue admits as one workload.
 One replicatedJob ``workers`` of ``replicas`` = hosts child Jobs of one pod each
 (parallelism 1, completions 1, ``backoffLimit: 0``: 1.20 has no Indexed Jobs), the pod
 template being the single-host job's (``manifest.pod_template``) plus the worker's identity
-(``KINETIC_WORKER_*``, read by ``kinetic_core.workers``). ``network.enableDNSHostnames``
+(``KINETIC_WORKER_*``, read by ``kinetic_core.util.workers``). ``network.enableDNSHostnames``
 gives each pod the stable hostname ``<jobset>-workers-<i>-0.<jobset>`` through a headless
 Service named like the JobSet. ``failurePolicy.maxRestarts: 0``: one failed worker fails
 the JobSet and JobSet stops the others; kinetic's own recovery makes the next attempt (a
@@ -33,7 +33,7 @@ from kinetic_core.backends.kubernetes.manifest import (
     kinetic_labels,
     pod_template,
 )
-from kinetic_core.config import Target
+from kinetic_core.config.target import Target
 
 GROUP = "jobset.x-k8s.io"
 VERSION = "v1alpha2"

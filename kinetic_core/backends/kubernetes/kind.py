@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kinetic_core import registry
 from kinetic_core.backends import Backend, BackendKind
 from kinetic_core.backends.kubernetes.accelerators import accelerator_spec
 from kinetic_core.backends.kubernetes.console import console_links
@@ -19,9 +18,10 @@ from kinetic_core.backends.kubernetes.image import DEFAULT_IMAGE, check_requirem
 from kinetic_core.backends.kubernetes.manifest import job_name, valid_labels
 from kinetic_core.backends.kubernetes.pod_options import POD_OPTIONS, check_pod_options
 from kinetic_core.errors import ConfigError
+from kinetic_core.util import registry
 
 if TYPE_CHECKING:
-    from kinetic_core.config import Target
+    from kinetic_core.config.target import Target
 
 #: Where the cluster is and how to reach it: what makes two backend instances differ.
 CONNECTION_FIELDS = (

@@ -29,8 +29,8 @@ from kinetic_core.backends.kubernetes.pod_spec import (
     pod_env,
     pod_spec_options,
 )
-from kinetic_core.config import DEBUG_HOLD, DEBUG_POD_ENV
-from kinetic_core.envvars import literal_env
+from kinetic_core.config.target import DEBUG_HOLD, DEBUG_POD_ENV
+from kinetic_core.util.envvars import literal_env
 
 TTL_AFTER_FINISHED = 24 * 3600
 SPOT_LABEL = "cloud.google.com/gke-spot"

@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kinetic_core import layout
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
-from kinetic_core.log_chunks import chunk_size, read_all, read_at, read_meta
+from kinetic_core.records import layout
+from kinetic_core.records.log_chunks import chunk_size, read_all, read_at, read_meta
 from kinetic_core.storage import Storage
 
 #: Lines per read from the pod (one bounded chunk), and the bytes asked of the API.

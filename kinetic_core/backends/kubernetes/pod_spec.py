@@ -19,7 +19,7 @@ from kinetic_core.backends.kubernetes.pod_options import (
     check_unique,
     check_volumes,
 )
-from kinetic_core.config import Target
+from kinetic_core.config.target import Target
 from kinetic_core.errors import ConfigError
 
 #: The container that runs the job; its exit, result and logs are the job's.

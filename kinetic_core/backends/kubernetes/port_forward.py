@@ -1,7 +1,7 @@
 """Port-forward to a Kubernetes job's pod through the API server (``pods/portforward``), as
 ``kubectl port-forward`` does: TensorBoard, a profiler, a debug server in the job.
 
-The local listener and relay are the core's (``kinetic_core.ports.Relay``); this module finds
+The local listener and relay are the core's (``kinetic_core.util.ports.Relay``); this module finds
 the job's running pod (worker ``k`` of a multi-host job: the pod with that JobSet index) and
 opens, per accepted connection, one port-forward stream with the official client
 (``kubernetes.stream.portforward``: a websocket, subprotocol ``v4.channel.k8s.io``; the
@@ -22,7 +22,7 @@ from typing import Any
 
 from kinetic_core.backends.kubernetes.client import KubeClient, api_errors, permission_denied
 from kinetic_core.errors import BackendError, ConfigError, JobNotRunning, PermissionDenied
-from kinetic_core.ports import ForwardEnded, PortForward, PortSpec, Relay
+from kinetic_core.util.ports import ForwardEnded, PortForward, PortSpec, Relay
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any
 from kinetic_core.backends import BackendState
 from kinetic_core.backends.kubernetes.jobset import JOB_INDEX, QUEUE_LABEL
 from kinetic_core.backends.kubernetes.states import _ended_state, _ts, job_state
-from kinetic_core.config import DEFAULT_LOST_GRACE
+from kinetic_core.config.target import DEFAULT_LOST_GRACE
 
 _FIRST_FAILED = re.compile(r"first failed job: (?P<job>[^)\s]+)")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from kinetic_core.backends import REFUSED_EXIT_CODE, BackendState
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
-from kinetic_core.config import DEFAULT_LOST_GRACE
+from kinetic_core.config.target import DEFAULT_LOST_GRACE
 
 
 def _ts(value: str | None) -> float | None:

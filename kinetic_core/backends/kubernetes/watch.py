@@ -11,7 +11,7 @@ On by default; ``KINETIC_K8S_WATCH=0`` switches it off (every poll LISTs).
 The bookkeeping of a reflector: a LIST (paged) gives the objects and a resourceVersion,
 the WATCH resumes from it (bookmarks keep it fresh); ``410 Gone`` (the server no longer
 holds that version) relists; a dropped connection reconnects from the last version
-with the one backoff of ``kinetic_core.retrying``; a relist every ``RELIST_EVERY`` is the
+with the one backoff of ``kinetic_core.util.retrying``; a relist every ``RELIST_EVERY`` is the
 safety net. A kind's cache is used only while its watch is connected and synced,
 otherwise ``poll`` LISTs as before; a watch refused by RBAC (no ``watch`` verb) or
 switched off leaves LIST in charge (a refusal with one warning). A watch nobody polled
@@ -62,7 +62,7 @@ from typing import Any
 
 from kinetic_core.backends.kubernetes.client import KubeApiError, KubeClient
 from kinetic_core.errors import ConfigError, PermissionDenied
-from kinetic_core.retrying import reconnect_retry
+from kinetic_core.util.retrying import reconnect_retry
 
 log = logging.getLogger(__name__)
 

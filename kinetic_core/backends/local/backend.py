@@ -32,14 +32,15 @@ from typing import Any
 
 import kinetic_core.backends.local.launch_record as launch_record
 import kinetic_core.backends.local.zygote as zygote
-from kinetic_core import layout, signing
 from kinetic_core.backends import BackendState, LaunchSpec, running
-from kinetic_core.config import DEBUG_HOLD, Target
+from kinetic_core.config.target import DEBUG_HOLD, Target
 from kinetic_core.errors import SubmissionError
-from kinetic_core.ids import validate_id
-from kinetic_core.ports import PortForward, PortSpec, already_local
-from kinetic_core.procs import group_members, process_alive, start_ticks, stdout_of, wait_exit
+from kinetic_core.records import layout
 from kinetic_core.storage import open_storage
+from kinetic_core.util import signing
+from kinetic_core.util.ids import validate_id
+from kinetic_core.util.ports import PortForward, PortSpec, already_local
+from kinetic_core.util.procs import group_members, process_alive, start_ticks, stdout_of, wait_exit
 
 LOG_CHUNK = 1 << 20
 # Early wake-ups only for small watch sets (a single result() wait): a waiter on many jobs
@@ -372,7 +373,7 @@ class LocalBackend:
         only (a local read; on gs:// a request per running job per poll is not worth it)."""
         if not self.storage_uri or not self.storage_uri.startswith("file://"):
             return False
-        from kinetic_core.records import BY_RUNNER, read_outcome
+        from kinetic_core.records.lifecycle import BY_RUNNER, read_outcome
 
         outcome = read_outcome(open_storage(self.storage_uri), job_id)
         return outcome is not None and outcome.get("by") == BY_RUNNER
@@ -479,7 +480,9 @@ class LocalBackend:
     def _held(self, job_id: str) -> bool:
         if not self.storage_uri:
             return False
-        from kinetic_core import debugging  # only asked while a process of an ended job runs
+        from kinetic_core.runtime import (
+            debugging,  # only asked while a process of an ended job runs
+        )
 
         return debugging.held(open_storage(self.storage_uri), job_id) is not None
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kinetic_core import signing
 from kinetic_core.backends import Backend, BackendKind, PlainKind
+from kinetic_core.util import signing
 
 if TYPE_CHECKING:
-    from kinetic_core.config import Target
+    from kinetic_core.config.target import Target
 
 
 class LocalKind(PlainKind):

@@ -25,7 +25,7 @@ import time
 from types import FrameType
 
 import kinetic_core.backends.local.launch_record as launch_record
-from kinetic_core.procs import adopt_orphans, die_with_parent, reap_descendants, start_ticks
+from kinetic_core.util.procs import adopt_orphans, die_with_parent, reap_descendants, start_ticks
 
 # How long a forked supervisor waits for the submitter's "go" before giving up.
 CONFIRM_TIMEOUT = 60.0
@@ -121,7 +121,7 @@ def _fork_runner(runner_argv: list[str], channel: socket.socket | None) -> tuple
         if os.read(held, len(GO)) != GO:
             os._exit(0)
         os.close(held)
-        from kinetic_core.runner import main as runner_main
+        from kinetic_core.runtime.runner import main as runner_main
 
         code = runner_main(runner_argv)
     finally:
@@ -141,7 +141,7 @@ def _abandon(runner: int, go: int) -> None:
 def _final_sync(runner_argv: list[str]) -> None:
     """The runner syncs its outputs as it ends; if it was killed first, do it for it."""
     try:
-        from kinetic_core.outputs import finish
+        from kinetic_core.data.outputs import finish
 
         storage_uri = runner_argv[runner_argv.index("--storage") + 1]
         finish(storage_uri, runner_argv[runner_argv.index("--job-id") + 1])

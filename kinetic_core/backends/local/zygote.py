@@ -217,9 +217,11 @@ def _preload() -> None:
     """Load once here what every forked job would otherwise load on its critical path."""
     import tempfile
 
-    import kinetic_core.runner  # every job runs it
+    import kinetic_core.runtime.runner  # every job runs it
     import kinetic_core.storage.local  # noqa: F401  (every local job's runner opens file://)
-    from kinetic_core import chunks, procs, telemetry
+    from kinetic_core.records import chunks
+    from kinetic_core.runtime import telemetry
+    from kinetic_core.util import procs
 
     telemetry.nvml_module()  # the last sample of each job asks: searched for once, here
     procs.libc()  # ctypes and libc: the supervisor's prctl calls (~5 ms to import)

@@ -1,0 +1,270 @@
+"""Recovery: a recoverable end starts the next attempt of the job, exactly once.
+
+A recoverable end is FAILED with reason ``Preempted`` (a spot reclaim, a node shutdown,
+an eviction) or ``Lost`` (no process of the job is left and no result was stored), or an
+exit code listed in ``Target.recover_on_exit_codes``; the job may recover
+``Target.max_recoveries`` times (default 3 with ``spot``, else 0). Recoveries are not
+orchestrator retries: whoever resolves the job's status (``wait``, ``result``, the shared
+poller behind the Airflow trigger and the Prefect task, a batch tracker, the CLI) starts
+attempt n+1 of the job's idempotency key (``recovery:{job_id}`` for a job submitted
+without one). The attempt's create-only ``handle.json`` is the lock, as in submission, so
+ten observers at once create one job (its creator calls the ``on_job_recovered``
+hook). Its call envelope is attempt n's, verified and
+re-bound to the new id (never unpickled here). ``superseded.json`` of attempt n then
+names its successor, and every handle of attempt n follows it transparently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kinetic_core.backends import Backend, BackendState, get_backend, running
+from kinetic_core.config import hooks
+from kinetic_core.config.target import Target
+from kinetic_core.control.launching import AttemptTaken, create_attempt, launch_spec
+from kinetic_core.errors import BackendError, KineticError
+from kinetic_core.records import layout
+from kinetic_core.records.envelope import rebind_envelope
+from kinetic_core.records.lifecycle import read_json, write_record
+from kinetic_core.states import RECOVERING, JobState, JobStatus
+from kinetic_core.storage import Storage, open_storage
+from kinetic_core.util import ids, signing
+from kinetic_core.util.ids import keyed_id
+
+log = logging.getLogger(__name__)
+
+RECOVERABLE_REASONS = frozenset({"Preempted", "Lost"})
+SPOT_DEFAULT = 3
+
+# Successors already followed by this process: superseded.json never changes.
+_successors: dict[tuple[str, str], Any] = {}
+_lock = threading.Lock()
+
+
+def max_recoveries(target: dict[str, Any]) -> int:
+    value = target.get("max_recoveries")
+    if value is None:
+        return SPOT_DEFAULT if target.get("spot") else 0
+    return int(value)
+
+
+def recoverable_end(ref: Any, state: JobState) -> bool:
+    """Is this the kind of end a recovery restarts (whatever is left of the budget)?"""
+    if state.status is not JobStatus.FAILED:
+        return False
+    codes = ref.target.get("recover_on_exit_codes") or []
+    return state.reason in RECOVERABLE_REASONS or state.exit_code in codes
+
+
+def recoverable(ref: Any, state: JobState) -> bool:
+    """Does this end start another attempt under the job's policy?"""
+    return recoverable_end(ref, state) and int(getattr(ref, "recoveries", 0) or 0) < (
+        max_recoveries(ref.target)
+    )
+
+
+def recovery_key(ref: Any) -> str:
+    """The key attempts of this job are numbered under (derived when it has none)."""
+    return ref.idempotency_key or ids.recovery_key(ref.job_id)
+
+
+def successor_id(ref: Any) -> str:
+    return keyed_id(recovery_key(ref), ref.attempt + 1)
+
+
+def current(ref: Any) -> Any:
+    """The newest attempt of ``ref``'s job this process already knows (no I/O)."""
+    while (nxt := _successors.get((ref.storage, ref.job_id))) is not None:
+        ref = nxt
+    return ref
+
+
+class OldAttemptRunning(Exception):
+    """A process of the ended attempt is still alive: its successor waits for it."""
+
+
+def advance(
+    refs: list[Any], states: list[JobState], resolve: Callable[[list[Any]], list[JobState]]
+) -> list[JobState]:
+    """For each terminal state: follow (or start) the next attempt, and report its state
+    instead; successors are resolved in bulk, hop by hop. While a successor cannot start
+    yet (the old attempt's processes are still stopping) the job reads PENDING
+    ``Recovering``; a transient backend error while starting one is raised (the caller's
+    wait rides it out): a job whose next attempt may have been launched never reads ended."""
+    out = list(states)
+    refs = list(refs)
+    pending = [i for i, s in enumerate(out) if s.terminal]
+    while pending:
+        moved = []
+        for i in pending:
+            try:
+                nxt = successor(refs[i], out[i])
+            except OldAttemptRunning as exc:
+                out[i] = dataclasses.replace(
+                    out[i],
+                    status=JobStatus.PENDING,
+                    reason=RECOVERING,
+                    message=str(exc),
+                    finished_at=None,
+                )
+                continue
+            if nxt is not None:
+                moved.append((i, nxt))
+        if not moved:
+            break
+        for (i, nxt), state in zip(moved, resolve([n for _, n in moved]), strict=True):
+            refs[i], out[i] = nxt, state
+        pending = [i for i, _ in moved if out[i].terminal]
+    return out
+
+
+def successor(ref: Any, state: JobState) -> Any | None:
+    """The attempt that recovered ``ref``: recorded, or started now if its end is
+    recoverable; None when the job ends here. Raises ``OldAttemptRunning`` while the old
+    attempt's processes are stopping, and a transient ``BackendError`` when the next
+    attempt's launch may or may not have reached the backend."""
+    if not recoverable_end(ref, state):
+        return None  # no storage read for the jobs that end as they ended
+    storage = open_storage(ref.storage)
+    found = _recorded(storage, ref)
+    if found is None and recoverable(ref, state):
+        try:
+            found = _start(storage, ref, state)
+        except BackendError as exc:
+            if exc.transient:
+                raise
+            log.warning("kinetic: could not recover job %s: %s", ref.job_id, exc)
+            return None
+        except (KineticError, OSError) as exc:
+            log.warning("kinetic: could not recover job %s: %s", ref.job_id, exc)
+            return None
+    if found is not None:
+        with _lock:
+            _successors[(ref.storage, ref.job_id)] = found
+    return found
+
+
+def _next_ref(ref: Any, record: dict[str, Any]) -> Any:
+    return dataclasses.replace(
+        ref,
+        job_id=successor_id(ref),
+        attempt=ref.attempt + 1,
+        created_at=float(record["created_at"]),
+        idempotency_key=recovery_key(ref),
+        recoveries=int(getattr(ref, "recoveries", 0) or 0) + 1,
+        lost_seconds=float(getattr(ref, "lost_seconds", 0.0) or 0.0)
+        + float(record.get("lost_seconds") or 0.0),
+        recovered_from=ref.job_id,
+        reattached=False,
+    )
+
+
+def _recorded(storage: Storage, ref: Any) -> Any | None:
+    record = read_json(storage, layout.job_file(ref.job_id, layout.SUPERSEDED))
+    # Bound to the job: it must name this job and the one id its successor can have.
+    if (
+        record is None
+        or record.get("job_id") != ref.job_id
+        or record.get("successor") != successor_id(ref)
+        or not isinstance(record.get("created_at"), int | float)
+    ):
+        return None
+    return _next_ref(ref, record)
+
+
+def _lost_seconds(state: JobState) -> float:
+    """The attempt's running time: at most this much work was lost (less with
+    checkpoints). A lost job has no end time: it counts until it was found lost."""
+    if not state.started_at:
+        return 0.0
+    end = state.finished_at.timestamp() if state.finished_at else time.time()
+    return max(0.0, end - state.started_at.timestamp())
+
+
+def _start(storage: Storage, ref: Any, state: JobState) -> Any:
+    """Create and launch the next attempt, or find (and launch) the one a racing observer
+    or an interrupted earlier try created. ``superseded.json`` names it only once the
+    backend took it, so nobody follows an attempt that may never run."""
+    signing_key = signing.key_in_force(getattr(ref, "signing_key", None))
+    target = dataclasses.replace(Target.from_stored(ref.target), signing_key=signing_key)
+    _stop_old_attempt(get_backend(target), ref)
+    record = {
+        "successor": successor_id(ref),
+        "created_at": time.time(),
+        "reason": state.reason,
+        "message": state.message,
+        "exit_code": state.exit_code,
+        "lost_seconds": _lost_seconds(state),
+    }
+    nxt = _next_ref(ref, record)
+    spec = launch_spec(nxt.job_id, ref.storage, target, ref.tags or {})
+    created = True
+    try:
+        create_attempt(
+            storage,
+            spec,
+            nxt.record(),
+            write_payload=lambda fh: rebind_envelope(
+                storage,
+                layout.job_file(ref.job_id, layout.PAYLOAD),
+                fh,
+                kind="call",
+                job_id=ref.job_id,
+                new_job_id=nxt.job_id,
+                signing_key=signing_key,
+            ),
+        )
+    except AttemptTaken:  # another observer (or a resubmission of the key) was first
+        created = False
+        created_at = _created_at(storage, nxt.job_id)
+        record["created_at"] = created_at if created_at is not None else record["created_at"]
+        if read_json(storage, layout.job_file(nxt.job_id, layout.LAUNCHED)) is None:
+            # Its creator may have died, or lost the backend's answer: launching is
+            # idempotent per job id, so launch it (again).
+            create_attempt(storage, spec, nxt.record(), write_payload=None)
+    write_record(storage, ref.job_id, layout.SUPERSEDED, create_only=True, **record)
+    nxt = _recorded(storage, ref) or _next_ref(ref, record)
+    if created:
+        hooks.fire("on_job_recovered", hooks.public(ref), hooks.public(nxt))
+        log.warning(
+            "kinetic: job %s ended %s (%s); recovery %d of %d started as %s",
+            ref.job_id,
+            state.status.value,
+            state.reason,
+            nxt.recoveries,
+            max_recoveries(ref.target),
+            nxt.job_id,
+        )
+    return nxt
+
+
+def _stop_old_attempt(backend: Backend, ref: Any) -> None:
+    """Stop every process of the ended attempt and see it gone before its successor
+    starts: two runs of one job never overlap. (A node lost to a partition cannot confirm;
+    the backend reads its pods as presumed dead, and the runner fences a late start.)"""
+    backend.cancel(ref.job_id)
+    if running(backend.poll([ref.job_id]).get(ref.job_id, BackendState("not_found"))):
+        raise OldAttemptRunning(
+            f"attempt {ref.attempt} ({ref.job_id}) ended; its processes are still stopping, "
+            f"then attempt {ref.attempt + 1} starts"
+        )
+
+
+def _created_at(storage: Storage, job_id: str) -> float | None:
+    data = read_json(storage, layout.job_file(job_id, layout.HANDLE))
+    value = (data or {}).get("created_at")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def next_recorded(storage: Storage, job_id: str) -> str | None:
+    """The successor id ``superseded.json`` of ``job_id`` names, or None."""
+    record = read_json(storage, layout.job_file(job_id, layout.SUPERSEDED))
+    if record is None or record.get("job_id") != job_id:
+        return None
+    nxt = record.get("successor")
+    return nxt if isinstance(nxt, str) else None

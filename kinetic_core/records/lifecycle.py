@@ -1,0 +1,141 @@
+"""The small JSON records a job leaves in storage: started, finished, outcome, collected.
+
+The runner writes started/finished; ``outcome.json`` is created once (create-only) by
+whoever decides how the job ends first: the runner (its function returned or raised),
+``cancel()``, a deadline, or status resolution sealing what it observed (a job that
+died without deciding). Once it exists the job's terminal state never changes.
+Clients write collected. ``read_evidence`` gathers them for status resolution.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kinetic_core.errors import StorageError
+from kinetic_core.records import job_index, layout
+from kinetic_core.records.envelope import read_summary
+from kinetic_core.storage import Storage
+
+log = logging.getLogger(__name__)
+
+# Who decided an outcome. A runner's outcome is final but its process may still be
+# exiting; every other decider stops the job, so its outcome is terminal at once.
+BY_RUNNER = "runner"
+
+
+@dataclass
+class Evidence:
+    """What the runner and the clients wrote to storage about one job."""
+
+    started: dict[str, Any] | None = None
+    finished: dict[str, Any] | None = None
+    stop: dict[str, Any] | None = None  # stop.json of older versions
+    collected: dict[str, Any] | None = None
+    launched: dict[str, Any] | None = None  # the submitter saw backend.launch() return
+
+
+def read_json(storage: Storage, key: str) -> dict[str, Any] | None:
+    """A JSON record, or None if it is missing or unreadable (a torn write)."""
+    try:
+        data = json.loads(storage.read_bytes(key))
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_record(
+    storage: Storage, job_id: str, name: str, *, create_only: bool = False, **fields: Any
+) -> bool:
+    """Write ``jobs/{job_id}/{name}`` stamped with job id, time and host. With
+    ``create_only``, False if the record already existed (it is left as it was)."""
+    data = {
+        "job_id": job_id,
+        "at": time.time(),
+        "host": os.uname().nodename,
+        "pid": os.getpid(),
+        **fields,
+    }
+    try:
+        storage.write_bytes(
+            layout.job_file(job_id, name), json.dumps(data).encode(), create_only=create_only
+        )
+    except FileExistsError:
+        return False
+    return True
+
+
+def try_write_record(storage: Storage, job_id: str, name: str, **fields: Any) -> bool:
+    """``write_record`` for bookkeeping a reader may skip: on read-only storage (or any
+    storage failure) it logs and returns False instead of raising."""
+    try:
+        return write_record(storage, job_id, name, **fields)
+    except (StorageError, OSError) as exc:
+        log.info(
+            "kinetic: could not record %s for job %s (read-only storage?): %s", name, job_id, exc
+        )
+        return False
+
+
+def read_outcome(storage: Storage, job_id: str) -> dict[str, Any] | None:
+    """The decided outcome, or None. A record naming another job is ignored (copied in)."""
+    data = read_json(storage, layout.job_file(job_id, layout.OUTCOME))
+    if data is None or data.get("job_id") != job_id or "status" not in data:
+        return None
+    return data
+
+
+def decide(
+    storage: Storage,
+    job_id: str,
+    status: str,
+    reason: str | None,
+    message: str | None,
+    *,
+    by: str,
+    created_at: float | None = None,
+    **fields: Any,
+) -> tuple[bool, dict[str, Any] | None]:
+    """Try to decide how the job ends (create-only). Returns (True, None) when this call
+    decided, else (False, the outcome in force). The decider also indexes the end
+    (``job_index.note_end``, best effort: a lister repairs a missing one); ``created_at``,
+    the handle's, when the caller has it, spares that a read of ``handle.json``."""
+    won = write_record(
+        storage,
+        job_id,
+        layout.OUTCOME,
+        create_only=True,
+        status=status,
+        reason=reason,
+        message=message,
+        by=by,
+        **fields,
+    )
+    if won:
+        job_index.note_end(storage, job_id, created_at or None, status)
+    return (True, None) if won else (False, read_outcome(storage, job_id))
+
+
+def read_evidence(storage: Storage, job_id: str) -> Evidence:
+    ev = Evidence(
+        started=read_json(storage, layout.job_file(job_id, layout.STARTED)),
+        finished=read_json(storage, layout.job_file(job_id, layout.FINISHED)),
+        stop=read_json(storage, layout.job_file(job_id, layout.STOP)),
+        collected=read_json(storage, layout.job_file(job_id, layout.COLLECTED)),
+        launched=read_json(storage, layout.job_file(job_id, layout.LAUNCHED)),
+    )
+    result = layout.job_file(job_id, layout.RESULT)
+    if ev.finished is None and storage.exists(result):
+        # The runner stored a result but died before recording "finished".
+        try:
+            header = read_summary(storage, result)
+            if header.get("job_id") != job_id:
+                return ev  # copied from another job: no evidence about this one
+            ev.finished = {"success": bool(header.get("success")), "phase": None}
+        except Exception:
+            pass
+    return ev

@@ -1,0 +1,365 @@
+"""``python -m kinetic_core.runtime.runner --storage URI --job-id ID``: what runs inside a job.
+
+Downloads and verifies the call envelope, runs the function, writes the result envelope
+create-only and records start/finish. Exit 0 on success, 1 on a failure of the function or
+of a setup phase (``load``, ``store``), 2 when even storage is unreachable. Imports stay
+small: this is on the critical path of every job.
+
+Each worker of a multi-host job runs this too (``workers.Worker.from_env``), the same
+function: it writes its own started record (worker 0 ``started.json`` as a single-host
+job, worker k ``started-worker-{k}.json``), so a replacement pod of worker k refuses to run
+it again; only worker 0 stores a success (its value is the result); any worker whose
+function raises stores the failure (create-only: the first failing worker wins), naming
+the worker; a worker stopped from outside decides nothing. Before the function runs the
+worker gets the variables the frameworks read (``workers.framework_env``), where not set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+import kinetic_core.runtime.sidecar as sidecar  # send_signal() and top()
+from kinetic_core.backends import REFUSED_EXIT_CODE
+from kinetic_core.data import outputs
+from kinetic_core.records import layout
+from kinetic_core.records.envelope import (
+    dump_envelope,
+    failure_body,
+    load_envelope,
+    read_summary,
+    skew_note,
+    success_body,
+)
+from kinetic_core.records.lifecycle import BY_RUNNER, decide, read_json, read_outcome, write_record
+from kinetic_core.runtime import bootstrap, log_capture, notice, versions
+from kinetic_core.storage import Storage, open_storage
+from kinetic_core.util import workers
+from kinetic_core.util.ids import validate_id
+
+
+class PhaseError(Exception):
+    """A setup phase failed; the message explains what to do."""
+
+
+def _load_call(storage: Storage, job_id: str, signing_key: str | None) -> dict[str, Any]:
+    key = layout.job_file(job_id, layout.PAYLOAD)
+    try:
+        _, call = load_envelope(
+            storage,
+            key,
+            kind="call",
+            job_id=job_id,
+            signing_key=signing_key,
+            check=versions.check_header,  # ImageMismatch: before anything is unpickled
+        )
+        return call
+    except ModuleNotFoundError as exc:
+        header = read_summary(storage, key)
+        raise PhaseError(
+            f"The job's function needs module {exc.name!r}, which is not importable in the job's "
+            f"environment. Install it in the job image, or ship it with "
+            f"Target(pickle_by_value=[{(exc.name or '').split('.')[0]!r}]). {skew_note(header)}"
+        ) from exc
+    except (AttributeError, ImportError, TypeError) as exc:
+        header = read_summary(storage, key)
+        raise PhaseError(
+            f"Cannot unpickle the job's function or arguments: {type(exc).__name__}: {exc}. "
+            f"{skew_note(header)}"
+        ) from exc
+
+
+def run_job(storage_uri: str, job_id: str) -> int:
+    validate_id(job_id)
+    me = workers.Worker.from_env()
+    storage = open_storage(storage_uri)
+    signing_key = os.environ.get("KINETIC_SIGNING_KEY") or None
+    decided = read_outcome(storage, job_id)
+    if decided is not None:  # cancelled (or stopped) before it started: run nothing
+        print(
+            f"kinetic: job {job_id} is already {decided['status']}; not running it", file=sys.stderr
+        )
+        # a late worker of a slice whose worker 0 already succeeded has nothing left to do
+        return 0 if me.index and decided["status"] == "SUCCEEDED" else 1
+    handle = read_json(storage, layout.job_file(job_id, layout.HANDLE))
+    other = _other_attempt(storage, job_id, handle)
+    if other is not None:
+        print(f"kinetic: job {job_id} is not run: {other}", file=sys.stderr)
+        return REFUSED_EXIT_CODE
+    started = started_record(me.index)
+    if not write_record(
+        storage, job_id, started, create_only=True, event="started", worker=me.index
+    ):
+        return _refuse_second_run(storage, job_id, me.index)
+    log_capture.start(storage, job_id, worker=me.index)  # also kept in storage as it runs
+    bootstrap.replay()  # what a requirements= install printed before the capture began
+    _framework_env(me, handle)
+    phase = "load"
+    try:
+        versions.check_setup()  # RequirementsFailed (the call's header: versions.check_header)
+        call = _load_call(storage, job_id, signing_key)
+        os.environ.update(call.get("env") or {})
+        os.environ["KINETIC_JOB_ID"] = job_id
+        outputs.prepare(storage, job_id, handle, worker=me.index, workers=me.count)
+        args, kwargs = _arrive(call, storage, job_id, me.index)
+        phase = "run"
+        notice.install()  # SIGTERM (preemption, cancel, deadline): checkpoint, then stop
+        sidecar.start(storage, job_id, me.index, signing_key)  # send_signal() and top()
+        value = call["fn"](*args, **kwargs)
+        if hasattr(value, "__await__"):  # an async function: asyncio only imported here
+            import asyncio
+
+            value = asyncio.run(_await(value))
+        body = success_body(value)
+    except BaseException as exc:  # the job must always report, even on SystemExit
+        tb = traceback.format_exc()
+        print(tb, file=sys.stderr, flush=True)
+        if notice.preempted():  # stopped from outside: no result, the backend says why
+            outputs.finish(storage_uri, job_id, me.index)  # but the checkpoint reaches storage
+            return notice.EXIT_CODE
+        if me.count > 1:
+            name_worker(exc, me.index)
+        body = failure_body(exc, phase=phase, traceback_text=tb)
+        body["reason"] = versions.reason_of(exc)
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+        body["exit_code"] = code if 0 < code < 256 else 1
+        if me.count > 1:
+            body["worker"] = me.index
+            body["exc_message"] = f"worker {me.index}: {body['exc_message']}"
+    sidecar.stop()  # no signal handler runs while the outcome is written
+    held = not body["success"] and _debug_note(storage, job_id, handle, body, me.index)
+    # in storage before the state can read terminal (a held job keeps its local folder)
+    outputs.finish(storage_uri, job_id, me.index, keep=held)
+    log_capture.sync()  # so is the job's log
+    if body["success"] and not me.is_coordinator:  # only worker 0's value is the result
+        write_record(storage, job_id, finished_record(me.index), event="finished", success=True)
+        return 0
+    _store(storage, job_id, body, signing_key, (handle or {}).get("created_at"))
+    if held:
+        _hold(storage_uri, job_id, me.index)
+    return 0 if body["success"] else int(body.get("exit_code") or 1)
+
+
+def _debug_note(
+    storage: Storage, job_id: str, handle: dict[str, Any] | None, body: dict[str, Any], worker: int
+) -> bool:
+    """A failed ``debug=True`` job: record how to get in (``debug.json``, and a line in the
+    failure's traceback) before the failure is; False for any other job."""
+    from kinetic_core.runtime import debugging
+
+    if not debugging.wanted(handle):
+        return False
+    info = debugging.facts(job_id, os.environ.get("KINETIC_OUTPUT_DIR"))
+    try:
+        debugging.record(storage, job_id, info)
+    except Exception as exc:  # never in the way of recording the failure: no hold then
+        print(f"kinetic: debug hold not started: {exc}", file=sys.stderr, flush=True)
+        return False
+    body["traceback"] = f"{body.get('traceback', '')}\n{debugging.describe(info)}"
+    print(debugging.describe(info), file=sys.stderr, flush=True)
+    return True
+
+
+def _hold(storage_uri: str, job_id: str, worker: int) -> None:
+    """Keep this process (and, on Kubernetes, its pod) alive for inspection once the
+    failure is recorded, then remove the job's local folder as ``outputs.finish`` would."""
+    from kinetic_core.runtime import debugging
+
+    log_capture.stop()  # the log stream ends now: nothing waits on a held job's log
+    debugging.hold()
+    outputs.finish(storage_uri, job_id, worker)
+    debugging.release(open_storage(storage_uri), job_id)
+
+
+def started_record(worker: int) -> str:
+    """Worker ``worker``'s started record: ``started.json`` for worker 0 (a single-host
+    job's), ``started-worker-{k}.json`` for the others (each worker's one-run fence)."""
+    return layout.STARTED if worker == 0 else f"started-worker-{worker}.json"
+
+
+def finished_record(worker: int) -> str:
+    return layout.FINISHED if worker == 0 else f"finished-worker-{worker}.json"
+
+
+#: The note a multi-host job's failure carries: ``failures.failed_worker`` reads it back.
+WORKER_NOTE = "kinetic: raised on worker {}"
+
+
+def name_worker(exc: BaseException, index: int) -> None:
+    """Say on the exception which worker raised it (a note, and ``kinetic_worker``), before
+    it is pickled into the result: ``result()`` re-raises it with that note."""
+    with contextlib.suppress(Exception):  # an exception that refuses attributes: the note
+        exc.add_note(WORKER_NOTE.format(index))
+        exc.kinetic_worker = index  # type: ignore[attr-defined]
+
+
+def _framework_env(me: workers.Worker, handle: dict[str, Any] | None) -> None:
+    """The variables JAX, libtpu and PyTorch read (``workers.framework_env``), where not
+    set already (GKE's TPU webhook sets its own). A single-host job's env is left as is."""
+    if me.count == 1:
+        return
+    port_text = me.coordinator.rpartition(":")[2]
+    port = int(port_text) if port_text.isdigit() else workers.DEFAULT_COORDINATOR_PORT
+    accelerator = str(((handle or {}).get("target") or {}).get("accelerator") or "")
+    kind: Any = next((k for k in ("tpu", "gpu") if accelerator.startswith(k)), "cpu")
+    for name, value in workers.framework_env(me.index, me.count, me.hostnames, port, kind).items():
+        os.environ.setdefault(name, value)
+
+
+def _other_attempt(storage: Storage, job_id: str, handle: dict[str, Any] | None) -> str | None:
+    """Why another attempt of this job's key may run instead of this one, or None.
+
+    A recovery starts attempt n+1 only once attempt n has ended and its processes are
+    gone, so neither case happens in order; they fence a late or stray start (a pod
+    created again from an old Job, a node that comes back from a partition)."""
+    if read_json(storage, layout.job_file(job_id, layout.SUPERSEDED)) is not None:
+        return "a later attempt of it was started already"
+    earlier = (handle or {}).get("recovered_from")
+    if isinstance(earlier, str) and read_outcome(storage, earlier) is None:
+        return f"the attempt it recovers ({earlier}) has not ended"
+    return None
+
+
+def _refuse_second_run(storage: Storage, job_id: str, worker: int = 0) -> int:
+    """The job's function already started once: this process is a replacement (a deleted or
+    evicted pod that Kubernetes restarted, say). A job id means one execution, so nothing
+    runs. Nothing is decided either: the first run may still be alive (a pod deleted
+    gracefully runs until its grace period ends); the backend reads this refusal as no end
+    of the job, which ends as the first run does (``Lost`` if it stored nothing)."""
+    first = read_json(storage, layout.job_file(job_id, started_record(worker))) or {}
+    who = f"job {job_id}" + (f" worker {worker}" if worker else "")
+    print(
+        f"kinetic: {who}: its function started once already (on {first.get('host', '?')}, "
+        f"pid {first.get('pid', '?')}); a job id means one run, so this process (a replacement "
+        "of a deleted, evicted or lost one) refused to run the function more than once",
+        file=sys.stderr,
+    )
+    return REFUSED_EXIT_CODE
+
+
+def _arrive(
+    call: dict[str, Any], storage: Storage, job_id: str, worker: int = 0
+) -> tuple[Any, Any]:
+    """The call's arguments with every Data as a local path; volumes in place."""
+    args, kwargs, volumes = call.get("args", ()), call.get("kwargs", {}), call.get("volumes")
+    if not call.get("has_data"):  # set by the submitter: no import cost for most jobs
+        return args, kwargs
+    from kinetic_core.data.inputs import DataRef, materialize, transform
+
+    scratch = os.path.join(outputs.local_root(job_id, worker), "data")
+    for path, ref in (volumes or {}).items():
+        if not os.path.ismount(path):  # a GCS FUSE mount is already there
+            materialize(ref, storage, scratch, dest=path)
+
+    def arrive(ref: DataRef) -> str:
+        return materialize(ref, storage, scratch)
+
+    return transform(args, arrive, DataRef), transform(kwargs, arrive, DataRef)
+
+
+async def _await(value: Any) -> Any:
+    return await value
+
+
+def _store(
+    storage: Storage,
+    job_id: str,
+    body: dict[str, Any],
+    signing_key: str | None,
+    created_at: float | None = None,
+) -> None:
+    key = layout.job_file(job_id, layout.RESULT)
+
+    def write(b: dict[str, Any]) -> None:
+        with storage.open_write(key, create_only=True) as fh:
+            dump_envelope(
+                fh,
+                b,
+                kind="result",
+                job_id=job_id,
+                signing_key=signing_key,
+                storage=storage.uri,
+                success=b["success"],
+            )
+
+    try:
+        write(body)
+    except FileExistsError:
+        print(
+            f"kinetic: result for {job_id} already exists; keeping the first one", file=sys.stderr
+        )
+        return
+    except Exception as exc:  # the value could not be pickled: report that instead
+        body = failure_body(exc, phase="store", traceback_text=traceback.format_exc())
+        print(body["traceback"], file=sys.stderr, flush=True)
+        write(body)
+    summary = {
+        "success": body["success"],
+        "phase": body["phase"],
+        "exit_code": 0 if body["success"] else int(body.get("exit_code") or 1),
+    }
+    if not body["success"]:
+        summary["error"] = _error_line(body)
+    status, reason = (
+        ("SUCCEEDED", None) if body["success"] else ("FAILED", body.get("reason", "Error"))
+    )
+    won, winner = decide(
+        storage,
+        job_id,
+        status,
+        reason,
+        summary.get("error"),
+        by=BY_RUNNER,
+        created_at=created_at,
+        exit_code=summary["exit_code"],
+    )
+    if not won:  # a cancel or a deadline decided first: that is how this job ends
+        print(
+            f"kinetic: job {job_id} was already {(winner or {}).get('status')}; its result is not used",
+            file=sys.stderr,
+        )
+    write_record(storage, job_id, layout.FINISHED, event="finished", **summary)
+
+
+def _error_line(body: dict[str, Any]) -> str:
+    """``Type: message`` of a failure, led by ``worker k: `` in a multi-host job's."""
+    kind, message = body["exc_type"].rsplit(".", 1)[-1], body["exc_message"]
+    if body.get("worker") is None:
+        return f"{kind}: {message}"[:500]
+    lead = f"worker {body['worker']}: "
+    return f"{lead}{kind}: {message.removeprefix(lead)}"[:500]
+
+
+USAGE = "usage: python -m kinetic_core.runtime.runner --storage URI --job-id ID"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)  # no argparse: keep start-up lean
+    try:
+        storage_uri = args[args.index("--storage") + 1]
+        job_id = args[args.index("--job-id") + 1]
+    except (ValueError, IndexError):
+        print(USAGE, file=sys.stderr)
+        return 2
+    for entry in reversed(json.loads(os.environ.get("KINETIC_SYS_PATH", "[]"))):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    try:
+        return run_job(storage_uri, job_id)
+    except Exception as exc:
+        print(
+            f"kinetic runner: cannot run job {job_id}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    finally:
+        sidecar.stop()  # a no-op once stopped; the early returns above end here
+        log_capture.stop()  # every end: the rest of the output reaches storage
+
+
+if __name__ == "__main__":
+    sys.exit(main())
