@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 #: Reason of a job whose handle exists but that no backend has yet: its launch is under way
 #: (or its submitter died before it; an idempotent resubmit launches it again).
@@ -17,6 +17,40 @@ SUBMITTING = "Submitting"
 #: Reason of a job whose attempt ended recoverably while its processes still stop: the next
 #: attempt starts once they are gone.
 RECOVERING = "Recovering"
+
+#: Exit code of a runner that will not run the job's function: another process of the job
+#: ran it or may still run it (a replacement pod, an attempt superseded or not yet due). A
+#: backend never reads such a process as the job's end while another process of it lives.
+REFUSED_EXIT_CODE = 117
+
+
+class JobRef(Protocol):
+    """What observing a job needs of its handle (``JobHandle`` is one): the one type the
+    status resolution, recovery and every wait take, so a renamed field is a type error."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def storage(self) -> str: ...
+    @property
+    def target(self) -> dict[str, Any]: ...
+    @property
+    def created_at(self) -> float: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def idempotency_key(self) -> str | None: ...
+    @property
+    def tags(self) -> dict[str, str]: ...
+    @property
+    def recoveries(self) -> int: ...
+    @property
+    def lost_seconds(self) -> float: ...
+    @property
+    def signing_key(self) -> str | None: ...
+    def record(self) -> bytes:
+        """The handle as stored (``handle.json``)."""
+        ...
 
 
 class JobStatus(StrEnum):

@@ -22,11 +22,6 @@ if TYPE_CHECKING:  # not at run time: the local supervisor imports this package 
 
 Phase = Literal["pending", "running", "exited", "gone", "not_found"]
 
-#: Exit code of a runner that will not run the job's function: another process of the job
-#: ran it or may still run it (a replacement pod, an attempt superseded or not yet due). A
-#: backend never reads such a process as the job's end while another process of it lives.
-REFUSED_EXIT_CODE = 117
-
 
 @dataclass(frozen=True)
 class LaunchSpec:
@@ -163,6 +158,31 @@ class BackendKind(Protocol):
     def driver_overlay(self, target: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         """Target fields a batch driver running where ``env`` says overrides (credentials)."""
 
+    def shape(self, target: Mapping[str, Any]) -> Shape:
+        """The hosts and chips a job of ``target`` (a stored target: plain data) runs on.
+        Never raises: an accelerator this version does not know has 0 chips."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one job runs on: its hosts (one worker and one log each) and the accelerator
+    chips over all of them (0: none, or a name this version does not know)."""
+
+    hosts: int = 1
+    chips: int = 0
+
+
+def hosts_asked(target: Mapping[str, Any]) -> int:
+    """``num_hosts`` when it is a whole number > 1, else 1 (what any kind starts from)."""
+    hosts = target.get("num_hosts")
+    return hosts if isinstance(hosts, int) and not isinstance(hosts, bool) and hosts > 1 else 1
+
+
+def shape_of(target: Mapping[str, Any]) -> Shape:
+    """The shape of a job of ``target`` (a stored target), asked of its backend's kind."""
+    kind: BackendKind = registry.backend_kind(target.get("backend"))
+    return kind.shape(target)
+
 
 class PlainKind:
     """The kind of a backend with no options, consoles or driver overlay, made by
@@ -194,6 +214,9 @@ class PlainKind:
 
     def driver_overlay(self, target: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         return {}
+
+    def shape(self, target: Mapping[str, Any]) -> Shape:
+        return Shape(hosts=hosts_asked(target))
 
 
 _backends: dict[tuple[object, ...], Backend] = {}

@@ -15,12 +15,12 @@ from kinetic_core.batch.handle import DEFAULT_POLL_TIMEOUT, BatchHandle
 from kinetic_core.batch.manifest import read_manifest, signed_manifest
 from kinetic_core.batch.stager import check_driver, reopen_if_failed, stage_children, start_driver
 from kinetic_core.config.target import Target, validate_tags
-from kinetic_core.control.polling import in_thread
 from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
 from kinetic_core.jobs.listing import resolve_owner
 from kinetic_core.records import layout
 from kinetic_core.storage import open_storage
 from kinetic_core.util.ids import key_digest, new_id, validate_id
+from kinetic_core.util.waits import in_thread
 
 __all__ = ["aattach_batch", "asubmit_map", "attach_batch", "list_batches", "submit_map"]
 

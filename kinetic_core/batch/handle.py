@@ -20,12 +20,13 @@ from kinetic_core.batch.logtail import DEFAULT_LINES_PER_CHILD, BatchLogTail
 from kinetic_core.batch.manifest import BatchRecords, child_key, unsubmitted_status
 from kinetic_core.batch.tracker import BatchProgress, Tracker, index_of
 from kinetic_core.config.target import positive_seconds
-from kinetic_core.control.polling import Until, apoll_ticks, in_thread, poll_ticks
+from kinetic_core.control.polling import Until, poll_ticks
 from kinetic_core.control.resolution import resolve_states
 from kinetic_core.errors import BatchError
 from kinetic_core.jobs.handle import JobHandle
 from kinetic_core.records import layout
 from kinetic_core.states import ChildStatus, JobState, JobStatus, timestamp
+from kinetic_core.util.waits import aticks, in_thread
 
 DEFAULT_POLL_TIMEOUT = 24 * 3600.0  # an attached batch never waits forever by default
 
@@ -181,7 +182,7 @@ class BatchHandle:
         its child record is re-read then, and the newer attempt reported."""
         jobs = self.jobs
         submitted = [i for i, j in enumerate(jobs) if j is not None]
-        found = resolve_states([jobs[i] for i in submitted]) if submitted else []
+        found = resolve_states([j for j in jobs if j is not None]) if submitted else []
         states: dict[int, JobState] = dict(zip(submitted, found, strict=True))
         moved: list[int] = []
         for i, state in states.items():
@@ -280,7 +281,7 @@ class BatchHandle:
         """Async driver, same yields: the same step, one round of I/O in a worker thread."""
         tracker = self._tracker = Tracker(self.records)
         limit = self.poll_timeout if timeout is None else timeout
-        async for _ in apoll_ticks(
+        async for _ in aticks(
             interval=_interval(tracker, poll_interval),
             timeout=limit,
             describe=lambda: _unfinished(tracker),

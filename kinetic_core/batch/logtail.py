@@ -12,7 +12,7 @@ from typing import Protocol
 
 from kinetic_core.batch.driver import StepResult
 from kinetic_core.control.logs import LogStream
-from kinetic_core.control.polling import in_thread
+from kinetic_core.util.waits import in_thread
 
 DEFAULT_LINES_PER_CHILD = 20
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
-from kinetic_core.backends.kubernetes.credentials import kubeconfig_reference, remember_kubeconfig
+from kinetic_core.config.kubeconfig import kubeconfig_reference, remember_kubeconfig
 from kinetic_core.errors import ConfigError
 from kinetic_core.util import registry
 from kinetic_core.util.envvars import env_spec
@@ -158,7 +158,7 @@ class Target:
 
     def to_dict(self, *, include_secrets: bool = False) -> dict[str, Any]:
         """The fields that are set; without ``include_secrets`` the signing key is left out
-        and kubeconfig content becomes its reference (see ``backends/kubernetes/credentials``)."""
+        and kubeconfig content becomes its reference (see ``config/kubeconfig``)."""
         data = {
             f.name: getattr(self, f.name)
             for f in fields(self)

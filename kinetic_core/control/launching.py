@@ -34,7 +34,7 @@ def may_have_launched(exc: BaseException) -> bool:
     return isinstance(exc, BackendError) and exc.transient
 
 
-class AttemptTaken(Exception):
+class AttemptTaken(KineticError):
     """Another creator made this attempt first: its ``handle.json`` exists."""
 
 

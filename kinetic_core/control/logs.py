@@ -28,12 +28,12 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+from kinetic_core.backends import shape_of
 from kinetic_core.control import recovery
 from kinetic_core.control.polling import (
     OnStatusChange,
     StatusChanges,
     Until,
-    apoll_ticks,
     interval_of,
     poll_ticks,
     shared_poller,
@@ -41,6 +41,7 @@ from kinetic_core.control.polling import (
 from kinetic_core.control.resolution import JobRef, backend_for
 from kinetic_core.errors import ConfigError, WaitTimeout
 from kinetic_core.states import JobState
+from kinetic_core.util.waits import aticks
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +68,9 @@ ReadOne = Callable[[str | None, int], tuple[str, str | None]]  # (cursor, worker
 
 
 def workers_of(target: Mapping[str, Any]) -> int:
-    """How many workers (hosts) a job of ``target`` runs: ``num_hosts``, or the hosts of a
-    multi-host TPU slice (the accelerator catalogue: pure data, imported only for TPUs)."""
-    hosts = target.get("num_hosts")
-    count = hosts if isinstance(hosts, int) and hosts > 1 else 1
-    accelerator = target.get("accelerator")
-    if isinstance(accelerator, str) and accelerator.startswith("tpu"):
-        try:
-            from kinetic_core.backends.kubernetes.accelerators import accelerator_spec
-
-            count = max(count, accelerator_spec(accelerator).hosts)
-        except Exception:  # an unknown shape: its launch said so; one log here
-            pass
-    return count
+    """How many workers (hosts) a job of ``target`` runs, each with its own log: the
+    backend's kind says (``num_hosts``, or the hosts of a multi-host TPU slice)."""
+    return shape_of(target).hosts
 
 
 def check_worker(job_id: str, worker: int | None, count: int) -> None:
@@ -348,7 +339,7 @@ class LogStream:
             shared_poller().wait(self.handle, on_status_change=self.on_status_change)
         )
         try:
-            async for _ in apoll_ticks(
+            async for _ in aticks(
                 interval=self.interval,
                 timeout=self.timeout,
                 describe=self._describe,
@@ -372,7 +363,7 @@ class LogStream:
     async def _adrain(self) -> AsyncIterator[str]:
         """Async twin of ``_drain``: the same steps, run in a worker thread."""
         try:
-            async for _ in apoll_ticks(
+            async for _ in aticks(
                 interval=DRAIN_INTERVAL, timeout=DRAIN_BOUND, describe=self._drain_describe
             ):
                 lines, done = await asyncio.to_thread(self._drain_step)

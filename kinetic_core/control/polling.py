@@ -1,7 +1,7 @@
 """Every wait of the library: the sync tick loop, its async twin, and the shared poller.
 
-Ticks are adaptive: the first come fast (5 ms, growing 1.3x) so short jobs finish with
-low latency, then settle at the configured interval so long jobs cost little.
+Ticks are adaptive (``util/waits.py``, the schedule every wait shares): the first come fast
+so short jobs finish with low latency, then settle at the configured interval.
 
 The shared poller is one per process and runs on the process's background event loop;
 every async waiter, from any event loop (an Airflow triggerer, Prefect's per-thread
@@ -28,13 +28,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from kinetic_core.control.resolution import backends_for, resolve_states
 from kinetic_core.errors import BackendError, ConfigError, WaitTimeout
-from kinetic_core.states import JobState
+from kinetic_core.states import JobRef, JobState
+from kinetic_core.util.waits import delays, ticks
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,6 @@ Until = Callable[[], Awaitable[bool]]
 #: Called with each new JobState a wait observes (sync; or, in an async wait, async too).
 OnStatusChange = Callable[[JobState], Any]
 
-FIRST_DELAY = 0.005
-GROWTH = 1.3
 DEFAULT_INTERVAL = 5.0
 COALESCE = 0.02  # async waiters registering within this window share their first poll
 #: A shared tick also polls jobs due within this fraction of their interval: waiters that
@@ -160,15 +159,8 @@ async def _awaited(outcome: Awaitable[Any]) -> Any:
     return await outcome
 
 
-def interval_of(ref: Any) -> float:
+def interval_of(ref: JobRef) -> float:
     return float(ref.target.get("poll_interval") or DEFAULT_INTERVAL)
-
-
-def delays(interval: float, first: float = FIRST_DELAY) -> Iterator[float]:
-    delay = min(first, interval)
-    while True:
-        yield delay
-        delay = min(delay * GROWTH, interval)
 
 
 def poll_ticks(
@@ -176,63 +168,20 @@ def poll_ticks(
     interval: float,
     timeout: float | None,
     describe: Callable[[], str],
-    watching: Callable[[], list[Any]] | None = None,
+    watching: Callable[[], list[JobRef]] | None = None,
 ) -> Iterator[None]:
-    """THE sync wait loop. Yields; the caller checks and ``break``s when done.
-
-    Between ticks it sleeps adaptively; past ``timeout`` it raises WaitTimeout using
-    ``describe()`` to say what was still unfinished. With ``watching`` (the handles still
-    awaited), a backend that can tell when one of its jobs ends cuts the sleep short.
-    """
-    deadline = Deadline(timeout, describe)
-    for delay in delays(interval):
-        yield
-        _sleep(deadline.clip(delay), watching() if watching is not None else [])
-
-
-async def apoll_ticks(
-    *,
-    interval: float,
-    timeout: float | None,
-    describe: Callable[[], str],
-    first: float = FIRST_DELAY,
-    wake: asyncio.Future[Any] | None = None,
-) -> AsyncIterator[None]:
-    """Async twin of ``poll_ticks``: the same schedule and WaitTimeout, sleeping in the
-    event loop. A ``wake`` future that completes cuts every later sleep short."""
-    deadline = Deadline(timeout, describe)
-    for delay in delays(interval, first):
-        yield
-        delay = deadline.clip(delay)
-        if wake is not None and not wake.done():
-            await asyncio.wait({wake}, timeout=delay)
-        elif wake is None:
-            await asyncio.sleep(delay)
+    """The sync wait loop (``util.waits.ticks``) of a wait on jobs: with ``watching`` (the
+    handles still awaited), a backend that can tell when one of its jobs ends cuts the
+    sleep short."""
+    return ticks(
+        interval=interval,
+        timeout=timeout,
+        describe=describe,
+        sleep=lambda delay: _sleep(delay, watching() if watching is not None else []),
+    )
 
 
-@dataclass
-class Deadline:
-    """The timeout of one wait, shared by the sync and async tick loops."""
-
-    timeout: float | None
-    describe: Callable[[], str]
-    at: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.timeout is not None:
-            self.at = time.monotonic() + self.timeout
-
-    def clip(self, delay: float) -> float:
-        """``delay``, shortened to the time left; WaitTimeout when none is left."""
-        if self.at is None:
-            return delay
-        remaining = self.at - time.monotonic()
-        if remaining <= 0:
-            raise WaitTimeout(f"Timed out after {self.timeout:g}s: {self.describe()}")
-        return min(delay, remaining)
-
-
-def _sleep(delay: float, refs: list[Any]) -> None:
+def _sleep(delay: float, refs: list[JobRef]) -> None:
     """Sleep ``delay``, or less if the (single) backend of ``refs`` sees a job end first."""
     if refs:
         backends = {b.scope: b for b in backends_for(refs)}
@@ -252,7 +201,7 @@ def timeout_message(states: list[JobState]) -> str:
     )
 
 
-def unanswered_message(refs: list[Any]) -> str:
+def unanswered_message(refs: list[JobRef]) -> str:
     more = f" and {len(refs) - 1} more" if len(refs) > 1 else ""
     return (
         f"still waiting for {refs[0].job_id if refs else '?'}{more}: the backend did not answer "
@@ -262,7 +211,7 @@ def unanswered_message(refs: list[Any]) -> str:
 
 
 def wait_states(
-    refs: list[Any],
+    refs: list[JobRef],
     *,
     timeout: float | None = None,
     on_status_change: OnStatusChange | None = None,
@@ -276,7 +225,7 @@ def wait_states(
     def describe() -> str:
         return timeout_message(latest) if latest else unanswered_message(refs)
 
-    def watching() -> list[Any]:
+    def watching() -> list[JobRef]:
         return [refs[i] for i, s in enumerate(latest) if not s.terminal] if latest else []
 
     outage = Outage()
@@ -306,7 +255,7 @@ def wait_states(
 
 @dataclass(eq=False)
 class _Waiter:
-    ref: Any
+    ref: JobRef
     future: asyncio.Future[JobState]
     #: Called (on the background loop) with every state polled for this waiter's job.
     observe: Callable[[JobState], None] | None = None
@@ -433,7 +382,7 @@ class SharedPoller:
 
     async def wait(
         self,
-        ref: Any,
+        ref: JobRef,
         timeout: float | None = None,
         on_status_change: OnStatusChange | None = None,
     ) -> JobState:
@@ -496,7 +445,9 @@ class SharedPoller:
         for handoff in batch:
             handoff.start()
 
-    async def _wait(self, ref: Any, observe: Callable[[JobState], None] | None = None) -> JobState:
+    async def _wait(
+        self, ref: JobRef, observe: Callable[[JobState], None] | None = None
+    ) -> JobState:
         """Runs on the background loop: register, wake the poll task, await the state."""
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -570,7 +521,7 @@ class SharedPoller:
                 continue
             await self._deliver(refs, states, polled_at, loop)
 
-    def _due(self, now: float) -> list[Any]:
+    def _due(self, now: float) -> list[JobRef]:
         """One ref per waited job due now (or within ``EARLY`` of its interval)."""
         refs = []
         for job_id, job_waiters in self.waiters.items():
@@ -581,7 +532,7 @@ class SharedPoller:
 
     async def _deliver(
         self,
-        refs: list[Any],
+        refs: list[JobRef],
         states: list[JobState],
         polled_at: float,
         loop: asyncio.AbstractEventLoop,
@@ -624,7 +575,7 @@ class SharedPoller:
             schedule.due = loop.time()
 
     def _poll(
-        self, refs: list[Any], fresh: list[Any], loop: asyncio.AbstractEventLoop
+        self, refs: list[JobRef], fresh: list[JobRef], loop: asyncio.AbstractEventLoop
     ) -> list[JobState]:
         """One bulk status call (in a worker thread); then the backends of ``fresh`` (jobs
         polled for the first time) that can tell when a job changes are asked to (once
@@ -666,7 +617,9 @@ class SharedPoller:
             self.latest.pop(job_id, None)
 
 
-async def _within(waiting: asyncio.Future[JobState], ref: Any, timeout: float | None) -> JobState:
+async def _within(
+    waiting: asyncio.Future[JobState], ref: JobRef, timeout: float | None
+) -> JobState:
     """``waiting``'s state; WaitTimeout (the job keeps running) after ``timeout``."""
     if timeout is None:
         return await waiting  # no wait_for: one task fewer per waiter
@@ -721,20 +674,6 @@ def shared_poller() -> SharedPoller:
     background_loop()
     assert _poller is not None
     return _poller
-
-
-def in_thread(fn: Callable[P, T]) -> Callable[P, Coroutine[Any, Any, T]]:
-    """The async twin of a blocking call: the same code, run in a worker thread.
-
-    Used for twins that do one round of storage/backend I/O (``acancel``, ``astate``...);
-    twins that wait go through the shared poller or ``apoll_ticks`` instead.
-    """
-
-    @functools.wraps(fn)
-    async def twin(*args: P.args, **kwargs: P.kwargs) -> T:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    return twin
 
 
 async def stopped(until: Until | None) -> bool:

@@ -20,8 +20,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from kinetic_core.backends import Backend, BackendState, get_backend, running
 from kinetic_core.config import hooks
@@ -31,18 +30,20 @@ from kinetic_core.errors import BackendError, KineticError
 from kinetic_core.records import layout
 from kinetic_core.records.envelope import rebind_envelope
 from kinetic_core.records.lifecycle import read_json, write_record
-from kinetic_core.states import RECOVERING, JobState, JobStatus
+from kinetic_core.states import RECOVERING, JobRef, JobState, JobStatus
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import ids, signing
 from kinetic_core.util.ids import keyed_id
 
 log = logging.getLogger(__name__)
 
+R = TypeVar("R", bound=JobRef)
+
 RECOVERABLE_REASONS = frozenset({"Preempted", "Lost"})
 SPOT_DEFAULT = 3
 
 # Successors already followed by this process: superseded.json never changes.
-_successors: dict[tuple[str, str], Any] = {}
+_successors: dict[tuple[str, str], JobRef] = {}
 _lock = threading.Lock()
 
 
@@ -53,7 +54,7 @@ def max_recoveries(target: dict[str, Any]) -> int:
     return int(value)
 
 
-def recoverable_end(ref: Any, state: JobState) -> bool:
+def recoverable_end(ref: JobRef, state: JobState) -> bool:
     """Is this the kind of end a recovery restarts (whatever is left of the budget)?"""
     if state.status is not JobStatus.FAILED:
         return False
@@ -61,69 +62,42 @@ def recoverable_end(ref: Any, state: JobState) -> bool:
     return state.reason in RECOVERABLE_REASONS or state.exit_code in codes
 
 
-def recoverable(ref: Any, state: JobState) -> bool:
+def recoverable(ref: JobRef, state: JobState) -> bool:
     """Does this end start another attempt under the job's policy?"""
     return recoverable_end(ref, state) and int(getattr(ref, "recoveries", 0) or 0) < (
         max_recoveries(ref.target)
     )
 
 
-def recovery_key(ref: Any) -> str:
+def recovery_key(ref: JobRef) -> str:
     """The key attempts of this job are numbered under (derived when it has none)."""
     return ref.idempotency_key or ids.recovery_key(ref.job_id)
 
 
-def successor_id(ref: Any) -> str:
+def successor_id(ref: JobRef) -> str:
     return keyed_id(recovery_key(ref), ref.attempt + 1)
 
 
-def current(ref: Any) -> Any:
+def current(ref: R) -> R:
     """The newest attempt of ``ref``'s job this process already knows (no I/O)."""
     while (nxt := _successors.get((ref.storage, ref.job_id))) is not None:
-        ref = nxt
+        ref = cast(R, nxt)  # a successor is made from its ref (``_next_ref``): same type
     return ref
 
 
-class OldAttemptRunning(Exception):
+class OldAttemptRunning(KineticError):
     """A process of the ended attempt is still alive: its successor waits for it."""
 
 
-def advance(
-    refs: list[Any], states: list[JobState], resolve: Callable[[list[Any]], list[JobState]]
-) -> list[JobState]:
-    """For each terminal state: follow (or start) the next attempt, and report its state
-    instead; successors are resolved in bulk, hop by hop. While a successor cannot start
-    yet (the old attempt's processes are still stopping) the job reads PENDING
-    ``Recovering``; a transient backend error while starting one is raised (the caller's
-    wait rides it out): a job whose next attempt may have been launched never reads ended."""
-    out = list(states)
-    refs = list(refs)
-    pending = [i for i, s in enumerate(out) if s.terminal]
-    while pending:
-        moved = []
-        for i in pending:
-            try:
-                nxt = successor(refs[i], out[i])
-            except OldAttemptRunning as exc:
-                out[i] = dataclasses.replace(
-                    out[i],
-                    status=JobStatus.PENDING,
-                    reason=RECOVERING,
-                    message=str(exc),
-                    finished_at=None,
-                )
-                continue
-            if nxt is not None:
-                moved.append((i, nxt))
-        if not moved:
-            break
-        for (i, nxt), state in zip(moved, resolve([n for _, n in moved]), strict=True):
-            refs[i], out[i] = nxt, state
-        pending = [i for i, _ in moved if out[i].terminal]
-    return out
+def recovering(state: JobState, why: OldAttemptRunning) -> JobState:
+    """The state of a job whose ended attempt's processes are still stopping: PENDING
+    ``Recovering`` until its successor can start."""
+    return dataclasses.replace(
+        state, status=JobStatus.PENDING, reason=RECOVERING, message=str(why), finished_at=None
+    )
 
 
-def successor(ref: Any, state: JobState) -> Any | None:
+def successor(ref: JobRef, state: JobState) -> JobRef | None:
     """The attempt that recovered ``ref``: recorded, or started now if its end is
     recoverable; None when the job ends here. Raises ``OldAttemptRunning`` while the old
     attempt's processes are stopping, and a transient ``BackendError`` when the next
@@ -149,22 +123,26 @@ def successor(ref: Any, state: JobState) -> Any | None:
     return found
 
 
-def _next_ref(ref: Any, record: dict[str, Any]) -> Any:
-    return dataclasses.replace(
-        ref,
-        job_id=successor_id(ref),
-        attempt=ref.attempt + 1,
-        created_at=float(record["created_at"]),
-        idempotency_key=recovery_key(ref),
-        recoveries=int(getattr(ref, "recoveries", 0) or 0) + 1,
-        lost_seconds=float(getattr(ref, "lost_seconds", 0.0) or 0.0)
-        + float(record.get("lost_seconds") or 0.0),
-        recovered_from=ref.job_id,
-        reattached=False,
+def _next_ref(ref: JobRef, record: dict[str, Any]) -> JobRef:
+    handle: Any = ref  # a JobHandle: a dataclass, and the successor's handle is a copy
+    return cast(
+        JobRef,
+        dataclasses.replace(
+            handle,
+            job_id=successor_id(ref),
+            attempt=ref.attempt + 1,
+            created_at=float(record["created_at"]),
+            idempotency_key=recovery_key(ref),
+            recoveries=int(getattr(ref, "recoveries", 0) or 0) + 1,
+            lost_seconds=float(getattr(ref, "lost_seconds", 0.0) or 0.0)
+            + float(record.get("lost_seconds") or 0.0),
+            recovered_from=ref.job_id,
+            reattached=False,
+        ),
     )
 
 
-def _recorded(storage: Storage, ref: Any) -> Any | None:
+def _recorded(storage: Storage, ref: JobRef) -> JobRef | None:
     record = read_json(storage, layout.job_file(ref.job_id, layout.SUPERSEDED))
     # Bound to the job: it must name this job and the one id its successor can have.
     if (
@@ -186,7 +164,7 @@ def _lost_seconds(state: JobState) -> float:
     return max(0.0, end - state.started_at.timestamp())
 
 
-def _start(storage: Storage, ref: Any, state: JobState) -> Any:
+def _start(storage: Storage, ref: JobRef, state: JobState) -> JobRef:
     """Create and launch the next attempt, or find (and launch) the one a racing observer
     or an interrupted earlier try created. ``superseded.json`` names it only once the
     backend took it, so nobody follows an attempt that may never run."""
@@ -243,7 +221,7 @@ def _start(storage: Storage, ref: Any, state: JobState) -> Any:
     return nxt
 
 
-def _stop_old_attempt(backend: Backend, ref: Any) -> None:
+def _stop_old_attempt(backend: Backend, ref: JobRef) -> None:
     """Stop every process of the ended attempt and see it gone before its successor
     starts: two runs of one job never overlap. (A node lost to a partition cannot confirm;
     the backend reads its pods as presumed dead, and the runner fences a late start.)"""

@@ -23,8 +23,8 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from kinetic_core.backends import Backend, BackendState, get_backend
 from kinetic_core.config.target import DEFAULT_LOST_GRACE, Target
@@ -32,28 +32,13 @@ from kinetic_core.control import recovery
 from kinetic_core.errors import KineticError
 from kinetic_core.records import history
 from kinetic_core.records.lifecycle import BY_RUNNER, Evidence, decide, read_evidence, read_outcome
-from kinetic_core.states import SUBMITTING, JobState, JobStatus, timestamp
+from kinetic_core.states import SUBMITTING, JobRef, JobState, JobStatus, timestamp
 from kinetic_core.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
 
 # Backends enforce life_span themselves; this is the fallback after that much extra time.
 DEADLINE_GRACE = 30.0
-
-
-class JobRef(Protocol):
-    """What status resolution needs from a handle."""
-
-    @property
-    def job_id(self) -> str: ...
-    @property
-    def storage(self) -> str: ...
-    @property
-    def target(self) -> dict[str, Any]: ...
-    @property
-    def created_at(self) -> float: ...
-    @property
-    def attempt(self) -> int: ...
 
 
 # Targets rebuilt from stored ones, by (stored target, handle's key): a Target is frozen
@@ -84,7 +69,7 @@ def backend_for(ref: JobRef, key: tuple[str, str | None] | None = None) -> Backe
     return get_backend(target)
 
 
-def backends_for(refs: list[Any]) -> list[Backend]:
+def backends_for(refs: Sequence[JobRef]) -> list[Backend]:
     """``backend_for`` of each ref, resolved once per distinct stored target and signing
     key in this call: thousands of waited jobs usually share one target, and rebuilding
     it (and the backend's cache key, which reads the environment) per job was most of a
@@ -101,7 +86,7 @@ def backends_for(refs: list[Any]) -> list[Backend]:
 
 
 def resolve_states(
-    refs: list[Any], *, enforce: bool = True, previous: Mapping[str, JobState] | None = None
+    refs: Sequence[JobRef], *, enforce: bool = True, previous: Mapping[str, JobState] | None = None
 ) -> list[JobState]:
     """States of many jobs: one bulk backend poll per scope, storage read only when needed.
 
@@ -115,12 +100,40 @@ def resolve_states(
     was noted in the job's history when it was new, so it is not noted again.
     """
     current = [recovery.current(ref) for ref in refs]
-    states = _resolve_all(current, enforce, previous)
-    return recovery.advance(current, states, lambda later: _resolve_all(later, enforce))
+    return _follow_recoveries(current, _resolve_all(current, enforce, previous), enforce)
+
+
+def _follow_recoveries(refs: list[JobRef], states: list[JobState], enforce: bool) -> list[JobState]:
+    """For each terminal state: follow (or start) the next attempt, and report its state
+    instead; successors are resolved in bulk, hop by hop. While a successor cannot start
+    yet (the old attempt's processes are still stopping) the job reads PENDING
+    ``Recovering``; a transient backend error while starting one is raised (the caller's
+    wait rides it out): a job whose next attempt may have been launched never reads ended."""
+    out = list(states)
+    refs = list(refs)
+    pending = [i for i, s in enumerate(out) if s.terminal]
+    while pending:
+        moved = []
+        for i in pending:
+            try:
+                nxt = recovery.successor(refs[i], out[i])
+            except recovery.OldAttemptRunning as exc:
+                out[i] = recovery.recovering(out[i], exc)
+                continue
+            if nxt is not None:
+                moved.append((i, nxt))
+        if not moved:
+            break
+        for (i, nxt), state in zip(
+            moved, _resolve_all([n for _, n in moved], enforce), strict=True
+        ):
+            refs[i], out[i] = nxt, state
+        pending = [i for i, _ in moved if out[i].terminal]
+    return out
 
 
 def _resolve_all(
-    refs: list[Any], enforce: bool, previous: Mapping[str, JobState] | None = None
+    refs: Sequence[JobRef], enforce: bool, previous: Mapping[str, JobState] | None = None
 ) -> list[JobState]:
     # Keyed by the backend instance (cached per scope and options, e.g. lost_grace): jobs
     # whose targets differ only in such an option are polled by their own backend.

@@ -29,10 +29,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from kinetic_core.backends.kubernetes.accelerators import accelerator_spec
+from kinetic_core.backends import shape_of
 from kinetic_core.config.target import price_table as check_prices
 from kinetic_core.control import recovery
-from kinetic_core.errors import ConfigError, StorageError
+from kinetic_core.errors import StorageError
 from kinetic_core.records import layout
 from kinetic_core.records.lifecycle import read_json, read_outcome
 from kinetic_core.states import JobStatus
@@ -189,14 +189,8 @@ def _cost(prices: dict[str, Any] | None, facts: dict[str, Any]) -> float | None:
 def _shape(handle: Any) -> tuple[str | None, int, int]:
     """(accelerator, chips over all hosts, hosts) of ``handle``'s attempt."""
     accelerator = handle.accelerator  # None on a backend without accelerators (local)
-    hosts = handle.workers
-    if not accelerator:
-        return None, 0, hosts
-    try:
-        shape = accelerator_spec(accelerator, handle.target.get("num_hosts"))
-    except ConfigError:  # a name this version does not know: its chips are unknown
-        return accelerator, 0, hosts
-    return accelerator, shape.chips, shape.hosts
+    shape = shape_of(handle.target)
+    return accelerator, (shape.chips if accelerator else 0), shape.hosts
 
 
 def _running_since(storage: Storage, job_id: str) -> float | None:

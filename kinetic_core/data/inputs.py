@@ -30,15 +30,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kinetic_core.errors import ConfigError, SubmissionError
 from kinetic_core.records import layout
-from kinetic_core.util import registry
 from kinetic_core.util.parallel import CORES, WORKERS, parallel
-
-if TYPE_CHECKING:
-    from kinetic_core.backends import BackendKind
 
 __all__ = [
     "Data",
@@ -350,14 +346,14 @@ def find_data(value: Any) -> list[Data]:
 
 
 # ---- submit ----------------------------------------------------------------------------------
-def check_volumes(volumes: Any, backend: str) -> dict[str, Data]:
-    """``volumes`` normalized: absolute, distinct, not nested in one another, each a Data."""
+def check_volumes(volumes: Any, *, backend: str, supports_volumes: bool) -> dict[str, Data]:
+    """``volumes`` normalized: absolute, distinct, not nested in one another, each a Data.
+    ``supports_volumes``: what ``backend``'s kind says (the caller asks it)."""
     if not volumes:
         return {}
     if not isinstance(volumes, dict):
         raise ConfigError(f"volumes must be a dict {{'/abs/path': Data(...)}}, got {volumes!r}.")
-    kind: BackendKind = registry.backend_kind(backend)
-    if not kind.supports_volumes:
+    if not supports_volumes:
         raise ConfigError(
             f"The {backend} backend cannot honour a mount path (volumes=...): its jobs see "
             "no mounts. Pass the Data as an argument instead; it arrives as a path."
@@ -432,9 +428,7 @@ def hold_lease(storage: Any) -> str:
     """Write a lease that protects every stored Data (the digests are not known before the
     upload hashes them), then wait until no gc run that may have missed it can still
     delete: write first, read second, as gc does the other way round. Returns its id."""
-    from kinetic_core.control.polling import (
-        poll_ticks,  # the runner imports this module: keep it light
-    )
+    from kinetic_core.util.waits import ticks  # the runner imports this module: keep it light
 
     lease_id = uuid.uuid4().hex
     _write_lease(storage, lease_id, None)
@@ -446,7 +440,7 @@ def hold_lease(storage: Any) -> str:
         now, current = time.time(), gc_marks(storage) if marks else {}
         return [m for m in marks if m in current and _may_delete(m, marks[m], now, first_seen)]
 
-    for _ in poll_ticks(
+    for _ in ticks(
         interval=1.0, timeout=None, describe=lambda: f"gc runs {deleting()} to stop deleting"
     ):
         if not deleting():

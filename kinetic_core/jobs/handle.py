@@ -37,8 +37,6 @@ from kinetic_core.control.polling import (
     OnStatusChange,
     StatusChanges,
     Until,
-    apoll_ticks,
-    in_thread,
     poll_ticks,
     shared_poller,
     wait_states,
@@ -68,6 +66,7 @@ from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import registry, signing
 from kinetic_core.util.ids import validate_id
 from kinetic_core.util.ports import PortForward, parse_ports
+from kinetic_core.util.waits import aticks, in_thread
 
 __all__ = ["JobHandle", "attach", "load_handle"]
 
@@ -689,10 +688,10 @@ class JobHandle:
         if not wait:
             return req
         describe = self._signal_waiting(req)
-        async for _ in apoll_ticks(interval=1.0, timeout=timeout, describe=describe):
+        async for _ in aticks(interval=1.0, timeout=timeout, describe=describe):
             if (acked := await in_thread(self._signal_acked)(req)) is not None:
                 return acked
-        raise AssertionError("apoll_ticks never ends by itself")  # pragma: no cover
+        raise AssertionError("aticks never ends by itself")  # pragma: no cover
 
     def _signal_request(
         self, sig: int | str | signal.Signals, worker: int | None

@@ -18,10 +18,10 @@ from typing import IO, Any
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt
 
+from kinetic_core.backends import BackendKind
 from kinetic_core.config import hooks
 from kinetic_core.config.target import Target, validate_tags
 from kinetic_core.control.launching import AttemptTaken, create_attempt, launch_spec
-from kinetic_core.control.polling import in_thread
 from kinetic_core.data.inputs import Data, check_volumes, fuse_volumes, reference_data
 from kinetic_core.data.inputs import prepare as prepare_data
 from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
@@ -31,8 +31,10 @@ from kinetic_core.records import layout
 from kinetic_core.records.envelope import dump_envelope
 from kinetic_core.states import SUBMITTING, JobStatus
 from kinetic_core.storage import Storage, open_storage
+from kinetic_core.util import registry
 from kinetic_core.util.envvars import job_env
 from kinetic_core.util.ids import keyed_id, new_id
+from kinetic_core.util.waits import in_thread
 
 __all__ = ["asubmit", "launch_staged", "prepare", "submit"]
 
@@ -171,7 +173,10 @@ def prepare(
         spec = hooks.SubmitSpec.of(fn, job_name, all_tags, resolved, idempotency_key, **about)
         hooks.submitting(spec)
     call = {"fn": fn, "args": args, "kwargs": kwargs, "env": job_env(resolved.env, os.environ)}
-    mounts = check_volumes(volumes, str(resolved.backend))
+    kind: BackendKind = registry.backend_kind(resolved.backend)
+    mounts = check_volumes(
+        volumes, backend=str(resolved.backend), supports_volumes=kind.supports_volumes
+    )
     call = prepare_data(call, mounts, open_storage(resolved.storage or ""))
     modules = _by_value_modules(fn, resolved)
     return _Submission(

@@ -61,7 +61,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kinetic_core.config.target import Target
-from kinetic_core.control.polling import in_thread
 from kinetic_core.control.resolution import backend_for, resolve_states
 from kinetic_core.data.inputs import CLOCK_SKEW, GC_WINDOW, LEASE_TTL
 from kinetic_core.data.outputs import delete_outputs
@@ -73,6 +72,7 @@ from kinetic_core.records.lifecycle import read_json
 from kinetic_core.states import JobState, JobStatus
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util.ids import ID_PATTERN
+from kinetic_core.util.waits import in_thread
 
 __all__ = ["GcReport", "acollect_garbage", "collect_garbage"]
 

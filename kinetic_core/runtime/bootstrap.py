@@ -11,7 +11,7 @@ pod here: the runner starts all the same with the failure in ``FAILURE_ENV`` and
 job as ``RequirementsFailed`` behind its start fence (``versions.check_setup``), so a
 setup failure is decided once, like any other. Imports stay small (the runner reads
 ``FAILURE_ENV`` from here): the standard library, ``subprocess`` and ``fcntl`` only when
-installing.
+installing (and ``errors``, which imports nothing).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import site
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from kinetic_core.errors import KineticError  # imports nothing itself
 
 #: JSON list of requirements (pip syntax); set by the Kubernetes manifest.
 REQUIREMENTS_ENV = "KINETIC_BOOTSTRAP_REQUIREMENTS"
@@ -41,7 +43,7 @@ READY = ".kinetic-ready"
 _TAIL_LINES = 20
 
 
-class InstallFailed(Exception):
+class InstallFailed(KineticError):
     """The requirements could not be installed; the message says why and what to do."""
 
 

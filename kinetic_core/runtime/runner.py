@@ -24,8 +24,8 @@ import traceback
 from typing import Any
 
 import kinetic_core.runtime.sidecar as sidecar  # send_signal() and top()
-from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.data import outputs
+from kinetic_core.errors import JobSetupError
 from kinetic_core.records import layout
 from kinetic_core.records.envelope import (
     dump_envelope,
@@ -37,13 +37,16 @@ from kinetic_core.records.envelope import (
 )
 from kinetic_core.records.lifecycle import BY_RUNNER, decide, read_json, read_outcome, write_record
 from kinetic_core.runtime import bootstrap, log_capture, notice, versions
+from kinetic_core.states import REFUSED_EXIT_CODE
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import workers
 from kinetic_core.util.ids import validate_id
 
 
-class PhaseError(Exception):
-    """A setup phase failed; the message explains what to do."""
+class PhaseError(JobSetupError):
+    """A setup phase failed (the call could not be loaded: its module does not import
+    here, say), so the function never started; the message explains what to do. A
+    ``KineticError``: it reaches the caller of ``result()`` as the job's failure."""
 
 
 def _load_call(storage: Storage, job_id: str, signing_key: str | None) -> dict[str, Any]:

@@ -65,6 +65,7 @@ MOVED: dict[str, str] = {
     "kinetic_core.versions": "kinetic_core.runtime.versions",
     "kinetic_core.workers": "kinetic_core.util.workers",
     "kinetic_core.batch.records": "kinetic_core.batch.manifest",
+    "kinetic_core.backends.kubernetes.credentials": "kinetic_core.config.kubeconfig",
 }
 
 

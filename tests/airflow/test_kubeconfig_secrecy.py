@@ -68,7 +68,7 @@ async def test_a_trigger_in_a_fresh_triggerer_knows_the_content_from_its_connect
     from kinetic_airflow import KineticJobTrigger
 
     import kinetic_core as kc
-    import kinetic_core.backends.kubernetes.credentials as kube_credentials
+    import kinetic_core.config.kubeconfig as kube_credentials
 
     target = KineticHook("kinetic_kubeconfig").get_target({"poll_interval": 0.3})
     job = kc.submit(divmod, (7, 2), target=target)

@@ -16,6 +16,7 @@ import pytest
 
 import kinetic_core as kc
 from kinetic_core.backends import PlainKind
+from kinetic_core.backends.kubernetes import KIND as KUBERNETES_KIND
 from kinetic_core.backends.kubernetes.pod_logs import JobLog
 from kinetic_core.jobs.handle import load_handle
 from kinetic_core.records import layout
@@ -104,7 +105,13 @@ class StoredLogs(scripted_backend.ScriptedBackend):
         return self._log(job_id, worker).complete()
 
 
-KIND = PlainKind(StoredLogs)
+class SliceKind(PlainKind):
+    """Runs nothing itself; a job's hosts are a TPU slice's, as the Kubernetes kind says."""
+
+    shape = staticmethod(KUBERNETES_KIND.shape)
+
+
+KIND = SliceKind(StoredLogs)
 
 
 def register(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -99,8 +99,14 @@ def test_the_local_kind_has_no_object_links_or_overlay_and_refuses_volumes(
     assert local.driver_overlay({"backend": "local"}, {"KUBERNETES_SERVICE_HOST": "x"}) == {}
     assert not local.supports_volumes and registry.backend_kind("gke").supports_volumes
     with pytest.raises(kc.ConfigError, match="local backend cannot honour a mount path"):
-        check_volumes({"/data": Data(str(tmp_path))}, "local")
-    assert set(check_volumes({"/data": Data(str(tmp_path))}, "gke")) == {"/data"}
+        check_volumes(
+            {"/data": Data(str(tmp_path))}, backend="local", supports_volumes=local.supports_volumes
+        )
+    gke = registry.backend_kind("gke")
+    mounts = check_volumes(
+        {"/data": Data(str(tmp_path))}, backend="gke", supports_volumes=gke.supports_volumes
+    )
+    assert set(mounts) == {"/data"}
 
 
 @pytest.mark.parametrize("name", sorted(registry.BACKENDS))

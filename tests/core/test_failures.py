@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 
 import kinetic_core as kc
@@ -40,3 +43,23 @@ def test_a_batch_failure_lists_each_failed_child_and_the_partial_results(
     text = kc.describe_batch_failure(raised.value)
     assert "TypeError" in text
     assert text.rstrip().endswith("partial results (None where failed): [2, None]")
+
+
+def test_a_job_whose_module_does_not_import_there_fails_with_a_kinetic_error(
+    storage_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner's setup failure (the call's module is missing in the job) is a
+    KineticError: ``except kc.KineticError`` catches it, as the docs say of every failure."""
+    module = types.ModuleType("kinetic_test_module_only_here")
+
+    def only_here() -> int:
+        return 1
+
+    only_here.__module__ = module.__name__
+    only_here.__qualname__ = "only_here"
+    module.only_here = only_here  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # pickled by reference
+    job = kc.submit(only_here)
+    job.wait(timeout=60)
+    with pytest.raises(kc.KineticError, match="not importable in the job's environment"):
+        job.result(cleanup=False)

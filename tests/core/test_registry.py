@@ -51,7 +51,7 @@ def test_importing_the_registry_imports_no_backend_and_no_client_library() -> No
         "kinetic_core.backends.kubernetes",
         "kinetic_core.backends.kubernetes.accelerators",
         "kinetic_core.backends.kubernetes.console",
-        "kinetic_core.backends.kubernetes.credentials",
+        "kinetic_core.config.kubeconfig",
         "kinetic_core.backends.kubernetes.image",
         "kinetic_core.backends.kubernetes.kind",
         "kinetic_core.backends.kubernetes.manifest",

@@ -12,9 +12,9 @@ import uuid
 from pathlib import Path
 
 import kinetic_core as kc
-from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.control.polling import poll_ticks
 from kinetic_core.records import layout
+from kinetic_core.states import REFUSED_EXIT_CODE
 from tests.core import jobfns
 
 ROOT = Path(__file__).resolve().parents[2]

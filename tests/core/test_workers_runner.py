@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 import kinetic_core as kc
-from kinetic_core.backends import REFUSED_EXIT_CODE
 from kinetic_core.cli import main
 from kinetic_core.control.logs import merged_rest, read_merged
 from kinetic_core.control.polling import poll_ticks
@@ -24,6 +23,7 @@ from kinetic_core.jobs.failures import describe_failure, failed_worker
 from kinetic_core.records import layout
 from kinetic_core.records.lifecycle import read_outcome
 from kinetic_core.runtime import notice
+from kinetic_core.states import REFUSED_EXIT_CODE
 from kinetic_core.storage import open_storage
 from tests.core.slice_runs import (
     COUNT,

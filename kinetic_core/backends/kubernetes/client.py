@@ -33,7 +33,7 @@ if importlib.util.find_spec("kubernetes") is None:
 
 import urllib3
 
-from kinetic_core.backends.kubernetes.credentials import is_reference, kubeconfig_content
+from kinetic_core.config.kubeconfig import is_reference, kubeconfig_content
 from kinetic_core.config.target import Target
 from kinetic_core.errors import BackendError, ConfigError, KineticError, PermissionDenied
 from kinetic_core.util.retrying import transient_retry

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kinetic_core.backends import Backend, BackendKind
+from kinetic_core.backends import Backend, BackendKind, Shape, hosts_asked
 from kinetic_core.backends.kubernetes.accelerators import accelerator_spec
 from kinetic_core.backends.kubernetes.console import console_links
 from kinetic_core.backends.kubernetes.image import DEFAULT_IMAGE, check_requirements
@@ -104,6 +104,19 @@ class KubernetesKind:
             return {}
         chosen = target.get("image") or target.get("pod_template")
         return {"in_cluster": True, **({} if chosen else {"image": DEFAULT_IMAGE})}
+
+    def shape(self, target: Mapping[str, Any]) -> Shape:
+        """From the accelerator catalogue: a TPU slice fixes its own hosts, a GPU shape is
+        spread over ``num_hosts``."""
+        hosts = hosts_asked(target)
+        accelerator = target.get("accelerator")
+        try:
+            spec = accelerator_spec(accelerator if isinstance(accelerator, str) else None)
+        except ConfigError:  # a name this version does not know: its chips are unknown
+            return Shape(hosts=hosts)
+        if spec.kind == "tpu":
+            return Shape(hosts=max(hosts, spec.hosts), chips=spec.chips)
+        return Shape(hosts=hosts, chips=spec.chips_per_host * hosts)
 
 
 def check_shape(target: Target) -> None:

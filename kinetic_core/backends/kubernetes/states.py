@@ -18,9 +18,10 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from kinetic_core.backends import REFUSED_EXIT_CODE, BackendState
+from kinetic_core.backends import BackendState
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
 from kinetic_core.config.target import DEFAULT_LOST_GRACE
+from kinetic_core.states import REFUSED_EXIT_CODE
 
 
 def _ts(value: str | None) -> float | None:

@@ -4,8 +4,9 @@
 Target is serialized (handles, XCom, trigger kwargs, logs) it is replaced by a reference
 (``kubeconfig-sha256:<hex>``) that names it without revealing it. Every process that builds
 a Target from the content (the connection, the block) remembers it, so a handle read back
-in that process reaches the same cluster; ``client.py`` resolves it. ``config.py`` uses this
-module to serialize a Target safely.
+in that process reaches the same cluster; the Kubernetes backend's ``client.py`` resolves it.
+It sits with the Target (``target.py`` serializes through it), not in the backend: knowing
+what to hide needs no Kubernetes code.
 """
 
 from __future__ import annotations
