@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kinetic_core.backends import Backend, BackendState, get_backend
@@ -182,99 +182,90 @@ def _pending_limit(
     return "schedule_timeout", "ScheduleTimeout", since
 
 
+@dataclasses.dataclass
+class _Seen:
+    """What storage and the backend say of one job at one moment (``_observe``)."""
+
+    ref: JobRef
+    storage: Storage
+    backend: BackendState
+    now: float
+    outcome: dict[str, Any] | None  # the create-only decision, when one exists
+    evidence: Evidence | None = None  # read only when the backend no longer runs the job
+
+
 def _resolve_one(
     ref: JobRef, b: BackendState, backend: Backend, now: float, enforce: bool
 ) -> JobState:
+    """Observe, enforce the limits, decide, seal: each step its own function."""
+    seen = _observe(ref, b, backend, now)
+    if enforce and (passed := _limit_passed(seen)) is not None:
+        stopped = _stop(seen, backend, *passed)
+        if stopped is not None:
+            return stopped
+    found = _decide(seen)
+    return _seal(seen, found) if seen.outcome is None and found.terminal else found
+
+
+def _observe(ref: JobRef, b: BackendState, backend: Backend, now: float) -> _Seen:
+    """The job's outcome, and the evidence storage holds once the backend runs it no more."""
     storage = open_storage(ref.storage)
-
-    def state(
-        status: JobStatus, reason: str | None, message: str | None, ev: Evidence | None = None
-    ) -> JobState:
-        ev = ev or Evidence()
-        started = (ev.started or {}).get("at") or b.started_at
-        finished = (ev.finished or {}).get("at") or b.finished_at or (ev.stop or {}).get("at")
-        exit_code = b.exit_code if b.exit_code is not None else (ev.finished or {}).get("exit_code")
-        return JobState(
-            job_id=ref.job_id,
-            status=status,
-            reason=reason,
-            message=message,
-            exit_code=exit_code,
-            created_at=timestamp(ref.created_at),
-            started_at=timestamp(started),
-            finished_at=timestamp(finished) if status.terminal else None,
-            attempt=ref.attempt,
-            collected=status is JobStatus.SUCCEEDED and ev.collected is not None,
-            recoveries=getattr(ref, "recoveries", 0) or 0,
-            lost_seconds=getattr(ref, "lost_seconds", 0.0) or 0.0,
-        )
-
-    def decided(outcome: dict[str, Any]) -> JobState:
-        ev = read_evidence(storage, ref.job_id)
-        # A stop, a seal, or a runner between its outcome and its finished record: the
-        # outcome carries what the finished record does not (yet) say.
-        known = {k: v for k, v in (ev.finished or {}).items() if v is not None}
-        ev.finished = {"at": outcome.get("at"), "exit_code": outcome.get("exit_code"), **known}
-        return state(
-            JobStatus(outcome["status"]), outcome.get("reason"), outcome.get("message"), ev
-        )
-
-    outcome = read_outcome(storage, ref.job_id)
-    if outcome is not None:
-        return decided(outcome)
-    if b.phase == "pending":
-        name, reason, since = _pending_limit(ref.target, b, ref.created_at)
-        limit = ref.target.get(name)
-        if enforce and outcome is None and limit and now - since > limit:
-            stopped = _stop(
-                storage,
-                backend,
-                ref,
-                decided,
-                JobStatus.FAILED,
-                reason,
-                f"still {'queued' if reason == 'QueueTimeout' else 'pending'} after "
-                f"{name}={limit:g}s" + (f" ({b.reason}: {b.message})" if b.reason else ""),
-            )
-            if stopped is not None:
-                return stopped
-        return state(JobStatus.PENDING, b.reason, b.message)
-    if b.phase == "running":
-        limit = ref.target.get("life_span")
-        if (
-            enforce
-            and outcome is None
-            and limit
-            and b.started_at
-            and now - b.started_at > limit + DEADLINE_GRACE
-        ):
-            stopped = _stop(
-                storage,
-                backend,
-                ref,
-                decided,
-                JobStatus.FAILED,
-                "DeadlineExceeded",
-                f"ran longer than life_span={limit:g}s",
-            )
-            if stopped is not None:
-                return stopped
-        return state(JobStatus.RUNNING, b.reason, b.message)
-
-    ev = read_evidence(storage, ref.job_id)
+    seen = _Seen(ref, storage, b, now, read_outcome(storage, ref.job_id))
+    if seen.outcome is not None or b.phase in ("pending", "running"):
+        return seen
+    seen.evidence = ev = read_evidence(storage, ref.job_id)
     if b.phase == "not_found" and ev.launched and not (ev.finished or ev.stop):
         # The poll may predate the launch: a launcher records launched.json once the
         # backend took the job, so a poll made now sees it unless it was deleted.
         again = backend.poll([ref.job_id]).get(ref.job_id, b)
         if again.phase != "not_found":
-            return _resolve_one(ref, again, backend, time.time(), enforce)
-    found = _from_evidence(ref, b, ev, now, state)
-    if not found.terminal:
-        return found
-    # Seal what we saw, so a late decider (a cancel, a runner) cannot change it.
+            return _observe(ref, again, backend, time.time())
+    return seen
+
+
+def _limit_passed(seen: _Seen) -> tuple[JobStatus, str, str] | None:
+    """(status, reason, message) when an undecided job is past ``schedule_timeout`` /
+    ``queue_timeout`` while pending, or ``life_span`` while running."""
+    ref, b = seen.ref, seen.backend
+    if seen.outcome is not None:
+        return None
+    if b.phase == "pending":
+        name, reason, since = _pending_limit(ref.target, b, ref.created_at)
+        limit = ref.target.get(name)
+        if limit and seen.now - since > limit:
+            return (
+                JobStatus.FAILED,
+                reason,
+                f"still {'queued' if reason == 'QueueTimeout' else 'pending'} after "
+                f"{name}={limit:g}s" + (f" ({b.reason}: {b.message})" if b.reason else ""),
+            )
+    if b.phase == "running":
+        limit = ref.target.get("life_span")
+        if limit and b.started_at and seen.now - b.started_at > limit + DEADLINE_GRACE:
+            return JobStatus.FAILED, "DeadlineExceeded", f"ran longer than life_span={limit:g}s"
+    return None
+
+
+def _decide(seen: _Seen) -> JobState:
+    """The job's state from what was seen (no writes): its outcome decides; else the
+    backend while it runs the job; else the evidence in storage."""
+    b = seen.backend
+    if seen.outcome is not None:
+        return _decided(seen, seen.outcome)
+    if b.phase == "pending":
+        return _state(seen, JobStatus.PENDING, b.reason, b.message)
+    if b.phase == "running":
+        return _state(seen, JobStatus.RUNNING, b.reason, b.message)
+    return _from_evidence(seen, seen.evidence or Evidence())
+
+
+def _seal(seen: _Seen, found: JobState) -> JobState:
+    """Seal a terminal state seen without an outcome, so a late decider (a cancel, a
+    runner) cannot change it; the state of whoever decided first wins."""
+    ref = seen.ref
     try:
         won, winner = decide(
-            storage,
+            seen.storage,
             ref.job_id,
             found.status.value,
             found.reason,
@@ -288,32 +279,74 @@ def _resolve_one(
             "kinetic: cannot seal the outcome of %s (read-only storage?): %s", ref.job_id, exc
         )
         return found
-    return found if won or winner is None else decided(winner)
+    return found if won or winner is None else _decided(seen, winner)
 
 
-def _from_evidence(
-    ref: JobRef, b: BackendState, ev: Evidence, now: float, state: Callable[..., JobState]
+def _state(
+    seen: _Seen,
+    status: JobStatus,
+    reason: str | None,
+    message: str | None,
+    ev: Evidence | None = None,
 ) -> JobState:
+    ref, b = seen.ref, seen.backend
+    ev = ev or Evidence()
+    started = (ev.started or {}).get("at") or b.started_at
+    finished = (ev.finished or {}).get("at") or b.finished_at or (ev.stop or {}).get("at")
+    exit_code = b.exit_code if b.exit_code is not None else (ev.finished or {}).get("exit_code")
+    return JobState(
+        job_id=ref.job_id,
+        status=status,
+        reason=reason,
+        message=message,
+        exit_code=exit_code,
+        created_at=timestamp(ref.created_at),
+        started_at=timestamp(started),
+        finished_at=timestamp(finished) if status.terminal else None,
+        attempt=ref.attempt,
+        collected=status is JobStatus.SUCCEEDED and ev.collected is not None,
+        recoveries=getattr(ref, "recoveries", 0) or 0,
+        lost_seconds=getattr(ref, "lost_seconds", 0.0) or 0.0,
+    )
+
+
+def _decided(seen: _Seen, outcome: dict[str, Any]) -> JobState:
+    """The state an outcome decided, with the evidence of the attempt's times."""
+    ev = read_evidence(seen.storage, seen.ref.job_id)
+    # A stop, a seal, or a runner between its outcome and its finished record: the
+    # outcome carries what the finished record does not (yet) say.
+    known = {k: v for k, v in (ev.finished or {}).items() if v is not None}
+    ev.finished = {"at": outcome.get("at"), "exit_code": outcome.get("exit_code"), **known}
+    return _state(
+        seen, JobStatus(outcome["status"]), outcome.get("reason"), outcome.get("message"), ev
+    )
+
+
+def _from_evidence(seen: _Seen, ev: Evidence) -> JobState:
     """The state of a job the backend no longer runs, from what storage holds."""
+    ref, b = seen.ref, seen.backend
     if ev.finished is not None:
         if ev.finished.get("success"):
-            return state(JobStatus.SUCCEEDED, None, None, ev)
-        return state(
-            JobStatus.FAILED, "Error", ev.finished.get("error") or "the function raised", ev
+            return _state(seen, JobStatus.SUCCEEDED, None, None, ev)
+        return _state(
+            seen, JobStatus.FAILED, "Error", ev.finished.get("error") or "the function raised", ev
         )
     if ev.stop is not None:
-        return state(
-            JobStatus(ev.stop["status"]), ev.stop.get("reason"), ev.stop.get("message"), ev
+        return _state(
+            seen, JobStatus(ev.stop["status"]), ev.stop.get("reason"), ev.stop.get("message"), ev
         )
     if b.phase == "exited":
         reason = b.reason if b.reason not in (None, "Completed") else "Lost"
         message = b.message or f"exited with code {b.exit_code} without storing a result"
-        return state(JobStatus.FAILED, reason, message, ev)
+        return _state(seen, JobStatus.FAILED, reason, message, ev)
     if b.phase == "gone":
-        return state(JobStatus.FAILED, "Lost", b.message or "the job vanished without a result", ev)
+        return _state(
+            seen, JobStatus.FAILED, "Lost", b.message or "the job vanished without a result", ev
+        )
     # not_found. A recorded launch means the backend had the job: it was deleted.
     if ev.launched is not None:
-        return state(
+        return _state(
+            seen,
             JobStatus.FAILED,
             "Lost",
             f"{b.message or 'the backend has no record of the job'}; it was launched at "
@@ -323,9 +356,10 @@ def _from_evidence(
         )
     # Young jobs are still being submitted: the runner can even have started
     # before the submitter recorded the launch (a zygote forks in about a millisecond).
-    if now - ref.created_at < lost_grace(ref.target):
-        return state(JobStatus.PENDING, SUBMITTING, "submission in progress", ev)
-    return state(
+    if seen.now - ref.created_at < lost_grace(ref.target):
+        return _state(seen, JobStatus.PENDING, SUBMITTING, "submission in progress", ev)
+    return _state(
+        seen,
         JobStatus.FAILED,
         "Lost",
         b.message or "the backend has no record of the job and no result was stored",
@@ -334,22 +368,23 @@ def _from_evidence(
 
 
 def _stop(
-    storage: Storage,
-    backend: Backend,
-    ref: JobRef,
-    decided: Callable[[dict[str, Any]], JobState],
-    status: JobStatus,
-    reason: str,
-    message: str,
+    seen: _Seen, backend: Backend, status: JobStatus, reason: str, message: str
 ) -> JobState | None:
     """Decide a limit's outcome and stop the job. None when the runner decided first
     (its process is finishing on its own)."""
+    ref = seen.ref
     won, winner = decide(
-        storage, ref.job_id, status.value, reason, message, by="limit", created_at=ref.created_at
+        seen.storage,
+        ref.job_id,
+        status.value,
+        reason,
+        message,
+        by="limit",
+        created_at=ref.created_at,
     )
     if not won and winner is not None and winner.get("by") == BY_RUNNER:
         return None
     backend.cancel(ref.job_id)
     if won or winner is None:  # None: unreadable winner; the limit was passed all the same
         winner = {"status": status.value, "reason": reason, "message": message}
-    return decided(winner)
+    return _decided(seen, winner)
