@@ -12,7 +12,7 @@ import ipaddress
 import secrets
 from typing import TYPE_CHECKING
 
-from kinetic_core.errors import ConfigError
+import kinetic_core as kc
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -28,7 +28,7 @@ def _require_extra() -> None:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise ConfigError(
+        raise kc.ConfigError(
             f"The dashboard needs the ui extra ({exc.name} is missing): "
             "pip install 'kinetic-workflows[ui]'."
         ) from None
@@ -49,9 +49,9 @@ def create_app(
     link the pages render."""
     _require_extra()
     if token is not None and (not isinstance(token, str) or len(token) < 8):
-        raise ConfigError("token must be a string of at least 8 characters (or None).")
+        raise kc.ConfigError("token must be a string of at least 8 characters (or None).")
     if root_path and (not root_path.startswith("/") or "//" in root_path):
-        raise ConfigError(f"root_path must be a path such as /kinetic, got {root_path!r}.")
+        raise kc.ConfigError(f"root_path must be a path such as /kinetic, got {root_path!r}.")
     from kinetic_core.ui.app import build
 
     return build(storage, token=token, allow_actions=allow_actions, root_path=root_path)

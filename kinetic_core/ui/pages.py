@@ -15,9 +15,9 @@ import json
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from kinetic_core.states import JobStatus
+import kinetic_core as kc
 
-STATUSES = [s.value for s in JobStatus]
+STATUSES = [s.value for s in kc.JobStatus]
 
 
 def esc(value: Any) -> str:
@@ -122,7 +122,7 @@ def batch_row(base: str, batch: dict[str, Any]) -> str:
 def job_page(base: str, job: dict[str, Any], allow_actions: bool) -> str:
     state = job["state"]
     cancel = ""
-    if allow_actions and not JobStatus(state["status"]).terminal:
+    if allow_actions and not kc.JobStatus(state["status"]).terminal:
         cancel = '<button id="cancel-job" class="danger">Cancel job</button>'
     workers = ""
     if job["workers"] > 1:

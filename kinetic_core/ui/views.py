@@ -21,7 +21,6 @@ from threading import Lock
 from typing import Any, BinaryIO
 
 import kinetic_core as kc
-from kinetic_core.config.target import Target
 from kinetic_core.data import outputs
 from kinetic_core.jobs.listing import INTERNAL_TAG_PREFIX, Query
 from kinetic_core.records import layout
@@ -49,13 +48,13 @@ class NotFound(kc.KineticError):
 class Reader:
     """The storage root the dashboard reads, resolved once."""
 
-    target: Target
+    target: kc.Target
     _results: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
     _lock: Lock = field(default_factory=Lock)
 
     @classmethod
     def of(cls, storage: str | None) -> Reader:
-        return cls(Target(storage=storage).resolve())
+        return cls(kc.Target(storage=storage).resolve())
 
     @property
     def storage_uri(self) -> str:
@@ -148,7 +147,7 @@ class Reader:
             "image": handle.image,
             "spot": handle.spot,
             "location": handle.location,
-            "target": Target.from_stored(handle.target).to_dict(),
+            "target": kc.Target.from_stored(handle.target).to_dict(),
             "state": state.to_dict(),
             "recovery_note": state.recovery_note,
             "history": [t.to_dict() for t in handle.history()],
