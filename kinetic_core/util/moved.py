@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import importlib.util
 import sys
 
 TYPE_CHECKING = False  # not `from typing import ...`: the facade imports this in every job
@@ -81,7 +80,7 @@ class _Alias:
         new = MOVED.get(fullname)
         if new is None:
             return None
-        real = importlib.util.find_spec(new)
+        real = _find_spec(new)
         # origin: ``python -m OLD`` sets __file__ from it (the code's real file)
         origin = real.origin if real else None
         return importlib.machinery.ModuleSpec(fullname, self, origin=origin)  # type: ignore[arg-type]
@@ -100,13 +99,19 @@ class _Alias:
     def get_code(self, fullname: str) -> CodeType | None:
         """``python -m OLD`` (runpy) runs the new module's code as ``__main__``."""
         new = MOVED[fullname]
-        spec = importlib.util.find_spec(new)
+        spec = _find_spec(new)
         loader = spec.loader if spec else None
         get_code = getattr(loader, "get_code", None)
         return get_code(new) if get_code else None
 
     def is_package(self, fullname: str) -> bool:
         return False
+
+
+def _find_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    import importlib.util  # only when an old name is asked for: every job imports this module
+
+    return importlib.util.find_spec(name)
 
 
 def install() -> None:
@@ -121,7 +126,7 @@ def old_module_names(package: str, module: str) -> Callable[[str], Any]:
     of the package's own modules is left to the import system."""
 
     def __getattr__(name: str) -> Any:
-        if name.startswith("__") or importlib.util.find_spec(f"{package}.{name}") is not None:
+        if name.startswith("__") or _find_spec(f"{package}.{name}") is not None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         return getattr(importlib.import_module(module), name)
 
