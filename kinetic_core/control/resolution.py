@@ -32,7 +32,7 @@ from kinetic_core.control import recovery
 from kinetic_core.errors import KineticError
 from kinetic_core.records import history
 from kinetic_core.records.lifecycle import BY_RUNNER, Evidence, decide, read_evidence, read_outcome
-from kinetic_core.states import SUBMITTING, JobState, JobStatus, timestamp
+from kinetic_core.states import JobState, JobStatus, Reason, timestamp
 from kinetic_core.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -163,10 +163,10 @@ def _pending_limit(
     A job waiting for its queue's admission (``Queued``) is bounded by ``queue_timeout``
     from its creation; once admitted, ``schedule_timeout`` counts from the admission (the
     backend's ``started_at`` of a pending queued job), never the time spent queued."""
-    if b.reason == "Queued":
-        return "queue_timeout", "QueueTimeout", created_at
+    if b.reason == Reason.QUEUED:
+        return "queue_timeout", Reason.QUEUE_TIMEOUT, created_at
     since = (b.started_at or created_at) if target.get("queue") else created_at
-    return "schedule_timeout", "ScheduleTimeout", since
+    return "schedule_timeout", Reason.SCHEDULE_TIMEOUT, since
 
 
 def _resolve_one(
@@ -175,8 +175,14 @@ def _resolve_one(
     storage = open_storage(ref.storage)
 
     def state(
-        status: JobStatus, reason: str | None, message: str | None, ev: Evidence | None = None
+        status: JobStatus,
+        reason: str | None,
+        message: str | None,
+        ev: Evidence | None = None,
+        ran: bool | None = None,
     ) -> JobState:
+        """``ran``: what the caller knows of the runner's start; the runner's own started
+        record overrides it, and without either the backend's word counts."""
         ev = ev or Evidence()
         started = (ev.started or {}).get("at") or b.started_at
         finished = (ev.finished or {}).get("at") or b.finished_at or (ev.stop or {}).get("at")
@@ -184,7 +190,7 @@ def _resolve_one(
         return JobState(
             job_id=ref.job_id,
             status=status,
-            reason=reason,
+            reason=Reason.of(reason),
             message=message,
             exit_code=exit_code,
             created_at=timestamp(ref.created_at),
@@ -194,6 +200,7 @@ def _resolve_one(
             collected=status is JobStatus.SUCCEEDED and ev.collected is not None,
             recoveries=getattr(ref, "recoveries", 0) or 0,
             lost_seconds=getattr(ref, "lost_seconds", 0.0) or 0.0,
+            ran=True if ev.started is not None else ran if ran is not None else b.ran,
         )
 
     def decided(outcome: dict[str, Any]) -> JobState:
@@ -202,8 +209,13 @@ def _resolve_one(
         # outcome carries what the finished record does not (yet) say.
         known = {k: v for k, v in (ev.finished or {}).items() if v is not None}
         ev.finished = {"at": outcome.get("at"), "exit_code": outcome.get("exit_code"), **known}
+        ran = outcome.get("ran")  # recorded by a seal that knew it never started
         return state(
-            JobStatus(outcome["status"]), outcome.get("reason"), outcome.get("message"), ev
+            JobStatus(outcome["status"]),
+            outcome.get("reason"),
+            outcome.get("message"),
+            ev,
+            ran if isinstance(ran, bool) else None,
         )
 
     outcome = read_outcome(storage, ref.job_id)
@@ -220,7 +232,7 @@ def _resolve_one(
                 decided,
                 JobStatus.FAILED,
                 reason,
-                f"still {'queued' if reason == 'QueueTimeout' else 'pending'} after "
+                f"still {'queued' if reason == Reason.QUEUE_TIMEOUT else 'pending'} after "
                 f"{name}={limit:g}s" + (f" ({b.reason}: {b.message})" if b.reason else ""),
             )
             if stopped is not None:
@@ -241,7 +253,7 @@ def _resolve_one(
                 ref,
                 decided,
                 JobStatus.FAILED,
-                "DeadlineExceeded",
+                Reason.DEADLINE_EXCEEDED,
                 f"ran longer than life_span={limit:g}s",
             )
             if stopped is not None:
@@ -269,6 +281,9 @@ def _resolve_one(
             by="status",
             created_at=ref.created_at,
             exit_code=found.exit_code,
+            # Only a never-started end is recorded: a start shows in started.json anyway,
+            # and an unknown one stays unsaid (the record of every other end is unchanged).
+            **({"ran": False} if found.ran is False else {}),
         )
     except (KineticError, OSError) as exc:
         log.debug(
@@ -286,37 +301,42 @@ def _from_evidence(
         if ev.finished.get("success"):
             return state(JobStatus.SUCCEEDED, None, None, ev)
         return state(
-            JobStatus.FAILED, "Error", ev.finished.get("error") or "the function raised", ev
+            JobStatus.FAILED, Reason.ERROR, ev.finished.get("error") or "the function raised", ev
         )
     if ev.stop is not None:
         return state(
             JobStatus(ev.stop["status"]), ev.stop.get("reason"), ev.stop.get("message"), ev
         )
     if b.phase == "exited":
-        reason = b.reason if b.reason not in (None, "Completed") else "Lost"
+        reason = b.reason if b.reason not in (None, Reason.COMPLETED) else Reason.LOST
         message = b.message or f"exited with code {b.exit_code} without storing a result"
         return state(JobStatus.FAILED, reason, message, ev)
     if b.phase == "gone":
-        return state(JobStatus.FAILED, "Lost", b.message or "the job vanished without a result", ev)
-    # not_found. A recorded launch means the backend had the job: it was deleted.
+        return state(
+            JobStatus.FAILED, Reason.LOST, b.message or "the job vanished without a result", ev
+        )
+    # not_found. A recorded launch means the backend had the job: it was deleted. Its
+    # runner never started unless it recorded a start (``state`` reads started.json).
     if ev.launched is not None:
         return state(
             JobStatus.FAILED,
-            "Lost",
+            Reason.LOST,
             f"{b.message or 'the backend has no record of the job'}; it was launched at "
             f"{timestamp(ev.launched.get('at'))} and deleted before storing a result "
             "(not by kinetic: a cancel would say so)",
             ev,
+            ran=False,
         )
     # Young jobs are still being submitted: the runner can even have started
     # before the submitter recorded the launch (a zygote forks in about a millisecond).
     if now - ref.created_at < lost_grace(ref.target):
-        return state(JobStatus.PENDING, SUBMITTING, "submission in progress", ev)
+        return state(JobStatus.PENDING, Reason.SUBMITTING, "submission in progress", ev)
     return state(
         JobStatus.FAILED,
-        "Lost",
+        Reason.LOST,
         b.message or "the backend has no record of the job and no result was stored",
         ev,
+        ran=False,
     )
 
 
