@@ -121,7 +121,7 @@ class JobSetupError(KineticError):
     """The job's environment could not run it, so its function never started; ``reason``
     is the job's reason (the message says what to change)."""
 
-    reason = "Error"
+    reason = "Error"  # each a word of states.Reason, spelled here: this module imports nothing
 
 
 class ImageMismatch(JobSetupError):

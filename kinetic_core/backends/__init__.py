@@ -52,6 +52,8 @@ class BackendState:
 
     ``exited``: the process ended (``exit_code`` set); ``gone``: it was known and vanished
     without an exit record; ``not_found``: the backend never heard of it (or it was deleted).
+    ``ran``: False when the backend knows the job's runner was never started (a launch it
+    abandoned); None when it cannot say (the runner's started record is the evidence).
     """
 
     phase: Phase
@@ -60,6 +62,7 @@ class BackendState:
     message: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    ran: bool | None = None
 
 
 def running(state: BackendState) -> bool:

@@ -34,7 +34,7 @@ from kinetic_core.jobs.handle import JobHandle, load_handle
 from kinetic_core.jobs.submission import launch_staged
 from kinetic_core.records import layout
 from kinetic_core.records.envelope import rebind_envelope
-from kinetic_core.states import JobState, JobStatus
+from kinetic_core.states import JobState, JobStatus, Reason
 from kinetic_core.storage import open_storage
 from kinetic_core.util import registry
 from kinetic_core.util.ids import keyed_id
@@ -91,7 +91,7 @@ class Driver:
             states[i] = state
             if state.terminal:
                 self.final[state.job_id] = state
-            elif state.reason == "Submitting":
+            elif state.reason == Reason.SUBMITTING:
                 self._launch(latest[i])  # its launcher may have died: launching is idempotent
         result = StepResult(jobs, states, failures)
         cancelled = records.marker(layout.CANCEL_REQUESTED)
@@ -206,11 +206,17 @@ _PENDING = JobState(job_id="", status=JobStatus.PENDING)
 
 
 def never_ran(state: JobState) -> bool:
-    """The attempt failed before the function started: a driver died while launching it
-    (the local supervisor was never confirmed, or nothing was launched at all)."""
+    """The attempt was lost (or aborted) before its runner started: a driver died while
+    launching it (the local supervisor was never confirmed, or nothing was launched at
+    all). ``JobState.ran`` decides where it is known; where it is not (an end an older
+    version recorded) the message's words decide, as they did before the flag."""
+    if state.reason not in (Reason.ABORTED, Reason.LOST):
+        return False
+    if state.ran is not None:
+        return not state.ran
     message = state.message or ""
-    return state.reason == "Aborted" or (
-        state.reason == "Lost" and ("never ran" in message or "has no record of the job" in message)
+    return state.reason == Reason.ABORTED or (
+        "never ran" in message or "has no record of the job" in message
     )
 
 

@@ -248,8 +248,6 @@ class BatchHandle:
                 reports[child.index] = child_report(child.job, exc)
         return reports
 
-    afailure_reports = in_thread(failure_reports)
-
     def to_json(self) -> str:
         return json.dumps({"group_id": self.group_id, "storage": self.manifest["storage"]})
 

@@ -1,9 +1,9 @@
 """Recovery: a recoverable end starts the next attempt of the job, exactly once.
 
-A recoverable end is FAILED with reason ``Preempted`` (a spot reclaim, a node shutdown,
-an eviction) or ``Lost`` (no process of the job is left and no result was stored), or an
-exit code listed in ``Target.recover_on_exit_codes``; the job may recover
-``Target.max_recoveries`` times (default 3 with ``spot``, else 0). Recoveries are not
+A recoverable end is FAILED with a reason that is ``Reason.recoverable`` (``Preempted``: a
+spot reclaim, a node shutdown, an eviction; ``Lost``: no process of the job is left and no
+result was stored), or an exit code listed in ``Target.recover_on_exit_codes``; the job may
+recover ``Target.max_recoveries`` times (default 3 with ``spot``, else 0). Recoveries are not
 orchestrator retries: whoever resolves the job's status (``wait``, ``result``, the shared
 poller behind the Airflow trigger and the Prefect task, a batch tracker, the CLI) starts
 attempt n+1 of the job's idempotency key (``recovery:{job_id}`` for a job submitted
@@ -30,7 +30,7 @@ from kinetic_core.errors import BackendError, KineticError
 from kinetic_core.records import layout
 from kinetic_core.records.envelope import rebind_envelope
 from kinetic_core.records.lifecycle import read_json, write_record
-from kinetic_core.states import RECOVERING, JobRef, JobState, JobStatus
+from kinetic_core.states import JobRef, JobState, JobStatus, Reason, recoverable_reason
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import ids, signing
 from kinetic_core.util.ids import keyed_id
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=JobRef)
 
-RECOVERABLE_REASONS = frozenset({"Preempted", "Lost"})
 SPOT_DEFAULT = 3
 
 # Successors already followed by this process: superseded.json never changes.
@@ -59,7 +58,7 @@ def recoverable_end(ref: JobRef, state: JobState) -> bool:
     if state.status is not JobStatus.FAILED:
         return False
     codes = ref.target.get("recover_on_exit_codes") or []
-    return state.reason in RECOVERABLE_REASONS or state.exit_code in codes
+    return recoverable_reason(state.reason) or state.exit_code in codes
 
 
 def recoverable(ref: JobRef, state: JobState) -> bool:
@@ -93,7 +92,11 @@ def recovering(state: JobState, why: OldAttemptRunning) -> JobState:
     """The state of a job whose ended attempt's processes are still stopping: PENDING
     ``Recovering`` until its successor can start."""
     return dataclasses.replace(
-        state, status=JobStatus.PENDING, reason=RECOVERING, message=str(why), finished_at=None
+        state,
+        status=JobStatus.PENDING,
+        reason=Reason.RECOVERING,
+        message=str(why),
+        finished_at=None,
     )
 
 

@@ -32,7 +32,7 @@ from kinetic_core.control import recovery
 from kinetic_core.errors import KineticError
 from kinetic_core.records import history
 from kinetic_core.records.lifecycle import BY_RUNNER, Evidence, decide, read_evidence, read_outcome
-from kinetic_core.states import SUBMITTING, JobRef, JobState, JobStatus, timestamp
+from kinetic_core.states import JobRef, JobState, JobStatus, Reason, timestamp
 from kinetic_core.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -176,10 +176,10 @@ def _pending_limit(
     A job waiting for its queue's admission (``Queued``) is bounded by ``queue_timeout``
     from its creation; once admitted, ``schedule_timeout`` counts from the admission (the
     backend's ``started_at`` of a pending queued job), never the time spent queued."""
-    if b.reason == "Queued":
-        return "queue_timeout", "QueueTimeout", created_at
+    if b.reason == Reason.QUEUED:
+        return "queue_timeout", Reason.QUEUE_TIMEOUT, created_at
     since = (b.started_at or created_at) if target.get("queue") else created_at
-    return "schedule_timeout", "ScheduleTimeout", since
+    return "schedule_timeout", Reason.SCHEDULE_TIMEOUT, since
 
 
 @dataclasses.dataclass
@@ -236,13 +236,17 @@ def _limit_passed(seen: _Seen) -> tuple[JobStatus, str, str] | None:
             return (
                 JobStatus.FAILED,
                 reason,
-                f"still {'queued' if reason == 'QueueTimeout' else 'pending'} after "
+                f"still {'queued' if reason == Reason.QUEUE_TIMEOUT else 'pending'} after "
                 f"{name}={limit:g}s" + (f" ({b.reason}: {b.message})" if b.reason else ""),
             )
     if b.phase == "running":
         limit = ref.target.get("life_span")
         if limit and b.started_at and seen.now - b.started_at > limit + DEADLINE_GRACE:
-            return JobStatus.FAILED, "DeadlineExceeded", f"ran longer than life_span={limit:g}s"
+            return (
+                JobStatus.FAILED,
+                Reason.DEADLINE_EXCEEDED,
+                f"ran longer than life_span={limit:g}s",
+            )
     return None
 
 
@@ -273,6 +277,9 @@ def _seal(seen: _Seen, found: JobState) -> JobState:
             by="status",
             created_at=ref.created_at,
             exit_code=found.exit_code,
+            # Only a never-started end is recorded: a start shows in started.json anyway,
+            # and an unknown one stays unsaid (the record of every other end is unchanged).
+            **({"ran": False} if found.ran is False else {}),
         )
     except (KineticError, OSError) as exc:
         log.debug(
@@ -288,7 +295,10 @@ def _state(
     reason: str | None,
     message: str | None,
     ev: Evidence | None = None,
+    ran: bool | None = None,
 ) -> JobState:
+    """``ran``: what the caller knows of the runner's start; the runner's own started
+    record overrides it, and without either the backend's word counts."""
     ref, b = seen.ref, seen.backend
     ev = ev or Evidence()
     started = (ev.started or {}).get("at") or b.started_at
@@ -297,7 +307,7 @@ def _state(
     return JobState(
         job_id=ref.job_id,
         status=status,
-        reason=reason,
+        reason=Reason.of(reason),
         message=message,
         exit_code=exit_code,
         created_at=timestamp(ref.created_at),
@@ -307,6 +317,7 @@ def _state(
         collected=status is JobStatus.SUCCEEDED and ev.collected is not None,
         recoveries=getattr(ref, "recoveries", 0) or 0,
         lost_seconds=getattr(ref, "lost_seconds", 0.0) or 0.0,
+        ran=True if ev.started is not None else ran if ran is not None else b.ran,
     )
 
 
@@ -317,8 +328,14 @@ def _decided(seen: _Seen, outcome: dict[str, Any]) -> JobState:
     # outcome carries what the finished record does not (yet) say.
     known = {k: v for k, v in (ev.finished or {}).items() if v is not None}
     ev.finished = {"at": outcome.get("at"), "exit_code": outcome.get("exit_code"), **known}
+    ran = outcome.get("ran")  # recorded by a seal that knew it never started
     return _state(
-        seen, JobStatus(outcome["status"]), outcome.get("reason"), outcome.get("message"), ev
+        seen,
+        JobStatus(outcome["status"]),
+        outcome.get("reason"),
+        outcome.get("message"),
+        ev,
+        ran if isinstance(ran, bool) else None,
     )
 
 
@@ -329,41 +346,52 @@ def _from_evidence(seen: _Seen, ev: Evidence) -> JobState:
         if ev.finished.get("success"):
             return _state(seen, JobStatus.SUCCEEDED, None, None, ev)
         return _state(
-            seen, JobStatus.FAILED, "Error", ev.finished.get("error") or "the function raised", ev
+            seen,
+            JobStatus.FAILED,
+            Reason.ERROR,
+            ev.finished.get("error") or "the function raised",
+            ev,
         )
     if ev.stop is not None:
         return _state(
             seen, JobStatus(ev.stop["status"]), ev.stop.get("reason"), ev.stop.get("message"), ev
         )
     if b.phase == "exited":
-        reason = b.reason if b.reason not in (None, "Completed") else "Lost"
+        reason = b.reason if b.reason not in (None, Reason.COMPLETED) else Reason.LOST
         message = b.message or f"exited with code {b.exit_code} without storing a result"
         return _state(seen, JobStatus.FAILED, reason, message, ev)
     if b.phase == "gone":
         return _state(
-            seen, JobStatus.FAILED, "Lost", b.message or "the job vanished without a result", ev
+            seen,
+            JobStatus.FAILED,
+            Reason.LOST,
+            b.message or "the job vanished without a result",
+            ev,
         )
-    # not_found. A recorded launch means the backend had the job: it was deleted.
+    # not_found. A recorded launch means the backend had the job: it was deleted. Its
+    # runner never started unless it recorded a start (``_state`` reads started.json).
     if ev.launched is not None:
         return _state(
             seen,
             JobStatus.FAILED,
-            "Lost",
+            Reason.LOST,
             f"{b.message or 'the backend has no record of the job'}; it was launched at "
             f"{timestamp(ev.launched.get('at'))} and deleted before storing a result "
             "(not by kinetic: a cancel would say so)",
             ev,
+            ran=False,
         )
     # Young jobs are still being submitted: the runner can even have started
     # before the submitter recorded the launch (a zygote forks in about a millisecond).
     if seen.now - ref.created_at < lost_grace(ref.target):
-        return _state(seen, JobStatus.PENDING, SUBMITTING, "submission in progress", ev)
+        return _state(seen, JobStatus.PENDING, Reason.SUBMITTING, "submission in progress", ev)
     return _state(
         seen,
         JobStatus.FAILED,
-        "Lost",
+        Reason.LOST,
         b.message or "the backend has no record of the job and no result was stored",
         ev,
+        ran=False,
     )
 
 

@@ -35,7 +35,7 @@ from kinetic_core.control import recovery
 from kinetic_core.errors import StorageError
 from kinetic_core.records import layout
 from kinetic_core.records.lifecycle import read_json, read_outcome
-from kinetic_core.states import JobStatus
+from kinetic_core.states import JobStatus, recoverable_reason
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import signing
 
@@ -324,7 +324,7 @@ def attempt_usage(
 ) -> AttemptUsage:
     facts = attempt_facts(storage, handle, now)
     lost = facts["status"] == JobStatus.FAILED.value and (
-        facts.get("reason") in recovery.RECOVERABLE_REASONS or _redone(storage, handle)
+        recoverable_reason(facts.get("reason")) or _redone(storage, handle)
     )
     known = {f.name for f in fields(AttemptUsage)}
     values = {k: v for k, v in facts.items() if k in known}

@@ -61,7 +61,7 @@ from kinetic_core.records.envelope import load_envelope, rebuild_exception
 from kinetic_core.records.history import Transition, transitions
 from kinetic_core.records.lifecycle import decide, read_outcome, try_write_record
 from kinetic_core.runtime import signals, telemetry
-from kinetic_core.states import JobState, JobStatus
+from kinetic_core.states import JobState, JobStatus, Reason
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import registry, signing
 from kinetic_core.util.ids import validate_id
@@ -592,7 +592,7 @@ class JobHandle:
             storage,
             self.job_id,
             JobStatus.CANCELLED.value,
-            "Cancelled",
+            Reason.CANCELLED,
             f"cancelled from {socket.gethostname()}",
             by="cancel",
             created_at=self.created_at,

@@ -29,7 +29,7 @@ from kinetic_core.jobs.handle import JobHandle, load_handle
 from kinetic_core.jobs.listing import check_description, resolve_owner
 from kinetic_core.records import layout
 from kinetic_core.records.envelope import dump_envelope
-from kinetic_core.states import SUBMITTING, JobStatus
+from kinetic_core.states import JobStatus, Reason
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import registry
 from kinetic_core.util.envvars import job_env
@@ -327,7 +327,7 @@ class _Submission:
                 state.status is JobStatus.SUCCEEDED and (reuse_succeeded or not state.collected)
             )
             if reusable:
-                if state.reason == SUBMITTING:
+                if state.reason == Reason.SUBMITTING:
                     self.relaunch(previous)
                 return replace(previous, reattached=True)
         return self.create(keyed_id(key, latest + 1), attempt=latest + 1, key=key)

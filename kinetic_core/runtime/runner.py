@@ -37,7 +37,7 @@ from kinetic_core.records.envelope import (
 )
 from kinetic_core.records.lifecycle import BY_RUNNER, decide, read_json, read_outcome, write_record
 from kinetic_core.runtime import bootstrap, log_capture, notice, versions
-from kinetic_core.states import REFUSED_EXIT_CODE
+from kinetic_core.states import REFUSED_EXIT_CODE, Reason
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import workers
 from kinetic_core.util.ids import validate_id
@@ -308,7 +308,7 @@ def _store(
     if not body["success"]:
         summary["error"] = _error_line(body)
     status, reason = (
-        ("SUCCEEDED", None) if body["success"] else ("FAILED", body.get("reason", "Error"))
+        ("SUCCEEDED", None) if body["success"] else ("FAILED", body.get("reason", Reason.ERROR))
     )
     won, winner = decide(
         storage,

@@ -19,6 +19,7 @@ import cloudpickle
 from kinetic_core.errors import ImageMismatch, JobSetupError, RequirementsFailed
 from kinetic_core.records.envelope import python_version
 from kinetic_core.runtime.bootstrap import FAILURE_ENV
+from kinetic_core.states import Reason
 from kinetic_core.util.version import __version__
 
 #: header key -> what a person calls it
@@ -85,5 +86,7 @@ def check_header(header: dict[str, Any]) -> None:
 
 
 def reason_of(exc: BaseException) -> str:
-    """The job's reason for a failure before or in its function."""
-    return exc.reason if isinstance(exc, JobSetupError) else "Error"
+    """The job's reason for a failure before or in its function. A plain str: it goes into
+    the pickled result body, which a submitter of another version must be able to load
+    (``errors`` spells its reasons as Reason's words: it imports nothing of kinetic)."""
+    return exc.reason if isinstance(exc, JobSetupError) else Reason.ERROR.value

@@ -118,7 +118,14 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
         if spec.cancel_on_cancel:
             await cancel_remote(batch, logger, "the flow run was cancelled")
         return Cancelled(message=f"Flow run cancelled; Kinetic batch {batch.group_id} cancelled.")
-    values: list[Any] = await batch.aresults(return_exceptions=True, cleanup=False)
+    # The core's own BatchError (partial results, failures, reports) is raised as it came,
+    # after the failures artifact and the cleanup below.
+    error: kc.BatchError | None = None
+    values: list[Any] = []
+    try:
+        values = await batch.aresults(return_exceptions=opts.return_exceptions, cleanup=False)
+    except kc.BatchError as batch_error:
+        error = batch_error
     failed = await batch.afailed_children()
     if failed:
         try:
@@ -139,16 +146,8 @@ async def run_map(spec: JobSpec, opts: MapOptions) -> Any:
     )
     # Free backend resources; results stay so a retry of this task run can read them again.
     await batch.acleanup(storage=not spec.keep_result)
-    if failed and not opts.return_exceptions:
-        failed_set = {f.index for f in failed}
-        raise kc.BatchError(
-            batch.group_id,
-            failures=[f.job for f in failed if f.job is not None],
-            partial_results=[None if i in failed_set else v for i, v in enumerate(values)],
-            submission_failures={f.index: f.error for f in failed if f.error is not None},
-            total=batch.total,
-            reports=await batch.afailure_reports(failed),
-        )
+    if error is not None:
+        raise error
     return values
 
 

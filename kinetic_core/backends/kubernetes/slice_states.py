@@ -24,6 +24,7 @@ from kinetic_core.backends import BackendState
 from kinetic_core.backends.kubernetes.jobset import JOB_INDEX, QUEUE_LABEL
 from kinetic_core.backends.kubernetes.states import _ended_state, _ts, job_state
 from kinetic_core.config.target import DEFAULT_LOST_GRACE
+from kinetic_core.states import Reason
 
 _FIRST_FAILED = re.compile(r"first failed job: (?P<job>[^)\s]+)")
 
@@ -68,7 +69,7 @@ def queued_state(jobset: dict[str, Any], workload: dict[str, Any] | None) -> Bac
     queue = labels[QUEUE_LABEL]
     return BackendState(
         "pending",
-        reason="Queued",
+        reason=Reason.QUEUED,
         message=f"waiting for Kueue to admit it in LocalQueue {queue}"
         + (f": {message}" if message else ""),
     )
@@ -105,7 +106,7 @@ def jobset_state(
         return BackendState(
             "exited",
             exit_code=0,
-            reason="Completed",
+            reason=Reason.COMPLETED,
             finished_at=_ts(
                 next(
                     (
@@ -133,16 +134,16 @@ def _gang_state(workers: dict[int, BackendState | None]) -> BackendState:
     ended = [
         (i, s)
         for i, s in workers.items()
-        if s is not None and s.phase in ("exited", "gone") and s.reason != "Completed"
+        if s is not None and s.phase in ("exited", "gone") and s.reason != Reason.COMPLETED
     ]
     if ended:
-        preempted = [(i, s) for i, s in ended if s.reason in ("Preempted", "NodeLost")]
+        preempted = [(i, s) for i, s in ended if s.reason in (Reason.PREEMPTED, Reason.NODE_LOST)]
         i, s = min(preempted or ended, key=lambda p: (p[1].finished_at or float("inf"), p[0]))
         return _named(s, i)
     pending = [(i, s) for i, s in workers.items() if s is None or s.phase == "pending"]
     if pending:
         waiting = [(i, s) for i, s in pending if s is not None and s.reason]
-        unschedulable = [(i, s) for i, s in waiting if s.reason == "Unschedulable"]
+        unschedulable = [(i, s) for i, s in waiting if s.reason == Reason.UNSCHEDULABLE]
         if unschedulable or waiting:
             i, s = (unschedulable or waiting)[0]
             return _named(s, i)
@@ -175,7 +176,9 @@ def _failed_state(
     if index is None or job is None:
         why = ": ".join(w for w in (failed.get("reason"), failed.get("message")) if w)
         return BackendState(
-            "exited", reason="Preempted", message=f"the JobSet failed ({why}); its Jobs are gone"
+            "exited",
+            reason=Reason.PREEMPTED,
+            message=f"the JobSet failed ({why}); its Jobs are gone",
         )
     ended = [
         p for p in by_index.get(index, []) if not p.get("metadata", {}).get("deletionTimestamp")
@@ -183,5 +186,5 @@ def _failed_state(
     pod = max(ended, key=lambda p: p["metadata"].get("creationTimestamp", "")) if ended else None
     state = _ended_state(job, pod)
     if state.phase != "exited":  # the Job had not yet recorded its own end
-        state = BackendState("exited", reason="Preempted", message=state.message)
+        state = BackendState("exited", reason=Reason.PREEMPTED, message=state.message)
     return _named(state, index)

@@ -21,7 +21,7 @@ from typing import Any
 from kinetic_core.backends import BackendState
 from kinetic_core.backends.kubernetes.pod_spec import KINETIC_CONTAINER
 from kinetic_core.config.target import DEFAULT_LOST_GRACE
-from kinetic_core.states import REFUSED_EXIT_CODE
+from kinetic_core.states import REFUSED_EXIT_CODE, Reason
 
 
 def _ts(value: str | None) -> float | None:
@@ -88,12 +88,12 @@ def _lost_node_state(
         if time.time() - since > lost_grace:
             return BackendState(
                 "gone",
-                reason="NodeLost",
+                reason=Reason.NODE_LOST,
                 message=f"{message}; the pod's process is presumed dead",
                 started_at=started,
             )
         return BackendState(
-            "running", reason="NodeUnreachable", message=message, started_at=started
+            "running", reason=Reason.NODE_UNREACHABLE, message=message, started_at=started
         )
     return None
 
@@ -219,10 +219,10 @@ def _live_state(
     name = pod["metadata"].get("name", "?")
     reason, message = None, None
     if job is None:
-        reason = "JobDeleted"
+        reason = Reason.JOB_DELETED
         message = f"the Kubernetes Job was deleted but its pod {name} still runs"
     if pod["metadata"].get("deletionTimestamp"):
-        reason = "Terminating"
+        reason = Reason.TERMINATING
         message = f"pod {name} is being deleted; its process may still be saving its work"
     if pod_status.get("phase") == "Running":
         running_since = cstatus.get("state", {}).get("running", {}).get("startedAt")
@@ -232,7 +232,9 @@ def _live_state(
     if reason is not None:
         return BackendState("pending", reason=reason, message=message, started_at=started)
     if waiting.get("reason") in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
-        return BackendState("pending", reason="ImagePullBackOff", message=waiting.get("message"))
+        return BackendState(
+            "pending", reason=Reason.IMAGE_PULL_BACK_OFF, message=waiting.get("message")
+        )
     missing = _missing_secret(job, pod, waiting) if job is not None else None
     if missing is not None:
         return missing
@@ -241,7 +243,9 @@ def _live_state(
     for cond in pod_status.get("conditions", []):
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             return BackendState(
-                "pending", reason=cond.get("reason") or "Unschedulable", message=cond.get("message")
+                "pending",
+                reason=cond.get("reason") or Reason.UNSCHEDULABLE,
+                message=cond.get("message"),
             )
     return BackendState("pending", started_at=started)
 
@@ -264,17 +268,19 @@ def _ended_state(job: dict[str, Any], pod: dict[str, Any] | None) -> BackendStat
     )
     disruption = disrupted(pod_status)
     if disruption is not None:
-        return exited(exit_code=exit_code, reason="Preempted", message=disruption)
+        return exited(exit_code=exit_code, reason=Reason.PREEMPTED, message=disruption)
     if "Complete" in conditions:
-        return exited(exit_code=0, reason="Completed")
+        return exited(exit_code=0, reason=Reason.COMPLETED)
     if "Failed" in conditions:
         cond = conditions["Failed"]
         if cond.get("reason") == "DeadlineExceeded":
             message = cond.get("message") or "activeDeadlineSeconds exceeded"
-            return exited(exit_code=exit_code, reason="DeadlineExceeded", message=message)
+            return exited(exit_code=exit_code, reason=Reason.DEADLINE_EXCEEDED, message=message)
         if pod is None:  # someone deletes the Job (issue 25), or its node took the pod
             return (
-                being_deleted() if deleting else exited(reason="Preempted", message=_vanished(cond))
+                being_deleted()
+                if deleting
+                else exited(reason=Reason.PREEMPTED, message=_vanished(cond))
             )
         return _terminated_state(terminated, started, finished, cond.get("message"))
     if terminated:
@@ -320,8 +326,8 @@ def _missing_secret(
         "resubmit the job (with its idempotency key: a new attempt)"
     )
     if time.time() - since > SECRET_MISSING_GRACE:
-        return BackendState("exited", reason="SecretMissing", message=message)
-    return BackendState("pending", reason="SecretMissing", message=message)
+        return BackendState("exited", reason=Reason.SECRET_MISSING, message=message)
+    return BackendState("pending", reason=Reason.SECRET_MISSING, message=message)
 
 
 def _terminated_state(
@@ -333,20 +339,24 @@ def _terminated_state(
         return BackendState(
             "exited",
             exit_code=code,
-            reason="OOMKilled",
+            reason=Reason.OOM_KILLED,
             started_at=started,
             finished_at=finished,
             message="the container exceeded its memory limit; raise resources['memory']",
         )
     if code == 0 and reason in (None, "Completed"):
         return BackendState(
-            "exited", exit_code=0, reason="Completed", started_at=started, finished_at=finished
+            "exited",
+            exit_code=0,
+            reason=Reason.COMPLETED,
+            started_at=started,
+            finished_at=finished,
         )
     message = terminated.get("message") or fallback or f"container exited with code {code}"
     return BackendState(
         "exited",
         exit_code=code,
-        reason="Error",
+        reason=Reason.ERROR,
         started_at=started,
         finished_at=finished,
         message=message,

@@ -36,6 +36,7 @@ from kinetic_core.backends import BackendState, LaunchSpec, running
 from kinetic_core.config.target import DEBUG_HOLD, Target
 from kinetic_core.errors import SubmissionError
 from kinetic_core.records import layout
+from kinetic_core.states import Reason
 from kinetic_core.storage import open_storage
 from kinetic_core.util import signing
 from kinetic_core.util.ids import validate_id
@@ -364,6 +365,8 @@ class LocalBackend:
             message=exit_rec.get("message"),
             started_at=started,
             finished_at=exit_rec.get("finished_at"),
+            # The supervisor says so when it never let the runner go (older ones do not).
+            ran=False if exit_rec.get("ran") is False else None,
         )
 
     def _runner_decided(self, job_id: str) -> bool:
@@ -387,14 +390,14 @@ class LocalBackend:
                 submitters.append((int(pid), int(ticks) if ticks.isdigit() else None))
         if any(process_alive(pid, ticks) for pid, ticks in submitters):
             return BackendState(
-                "pending", reason="Submitting", message="the submitter is launching it"
+                "pending", reason=Reason.SUBMITTING, message="the submitter is launching it"
             )
         try:
             young = time.time() - self._dir(job_id).stat().st_mtime < STARTUP_GRACE
         except OSError:
             young = False
         if young:  # a supervisor may be forked and about to claim it
-            return BackendState("pending", reason="Submitting", message="the job is starting")
+            return BackendState("pending", reason=Reason.SUBMITTING, message="the job is starting")
         if self._read_launch(self._dir(job_id), job_id) != (None, None):
             return self._state(job_id)  # launched between the two reads
         if submitters:
@@ -402,6 +405,7 @@ class LocalBackend:
                 "gone",
                 message=f"its submitter (pid {submitters[0][0]}) died before launching it; "
                 "the function never ran",
+                ran=False,
             )
         return BackendState("not_found")
 

@@ -11,7 +11,8 @@ records how the runner ended in ``exit.json``.
 Usage (internal): ``python -m kinetic_core.backends.local.supervisor [--detach] JOB_DIR
 LIFE_SPAN --storage URI --job-id ID`` with the submitter's end of the launch channel in
 ``KINETIC_LAUNCH_FD``. Imports stay stdlib-only (its packages load lazily): it is on the
-critical path of every local job.
+critical path of every local job; so its reason words are spelled here, each a member of
+``kinetic_core.states.Reason`` (a test holds them to it).
 """
 
 from __future__ import annotations
@@ -187,11 +188,14 @@ def _record(path: str, record: dict[str, object]) -> None:
 
 
 def _not_started(reason: str, why: str) -> dict[str, object]:
+    """The exit record of a runner never let go: ``ran`` False is what the batch driver
+    asks (such an attempt is not one of a child's tries)."""
     return {
         "exit_code": None,
         "reason": reason,
         "message": f"{why}; the function never ran",
         "finished_at": time.time(),
+        "ran": False,
     }
 
 
