@@ -45,8 +45,7 @@ from kinetic_core.records.chunks import (
     write_in_pieces,
 )
 from kinetic_core.storage import Storage
-from kinetic_core.util import signing
-from kinetic_core.util.version import __version__
+from kinetic_core.util import signing, version
 
 #: 2: a sha256 per chunk of the body; 3: a BLAKE3 digest per chunk (the ``fast`` extra).
 #: Format 1 (0.1.0) hashed the body whole; it is still read (as one chunk), never written.
@@ -146,7 +145,7 @@ def dump_envelope(
         "success": success,
         "python": python_version(),
         "cloudpickle": cloudpickle.__version__,
-        "kinetic": __version__,  # the runner compares (versions.py)
+        "kinetic": version.__version__,  # the runner compares (versions.py)
         "hmac": None,
     }
     if signing_key:

@@ -20,7 +20,7 @@ from kinetic_core.errors import ImageMismatch, JobSetupError, RequirementsFailed
 from kinetic_core.records.envelope import python_version
 from kinetic_core.runtime.bootstrap import FAILURE_ENV
 from kinetic_core.states import Reason
-from kinetic_core.util.version import __version__
+from kinetic_core.util import version
 
 #: header key -> what a person calls it
 _NAMES = {"python": "Python", "cloudpickle": "cloudpickle", "kinetic": "kinetic-workflows"}
@@ -31,7 +31,7 @@ def runner_versions() -> dict[str, str]:
     return {
         "python": python_version(),
         "cloudpickle": cloudpickle.__version__,
-        "kinetic": __version__,
+        "kinetic": version.__version__,
     }
 
 

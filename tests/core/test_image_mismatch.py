@@ -13,6 +13,7 @@ import pytest
 import kinetic_core as kc
 from kinetic_core.records import layout
 from kinetic_core.storage import open_storage
+from kinetic_core.util import version
 from tests.core import jobfns
 
 
@@ -41,9 +42,9 @@ def test_a_cloudpickle_mismatch_ends_the_job_with_image_mismatch(
 def test_a_kinetic_version_mismatch_names_both_versions(
     storage_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kc, "__version__", "0.0.9")
+    monkeypatch.setattr(version, "__version__", "0.0.9")  # what envelopes record
     job = kc.submit(jobfns.add, (1, 2))
-    monkeypatch.setattr(kc, "__version__", "0.1.0")
+    monkeypatch.setattr(version, "__version__", "0.1.0")
     state = job.wait(timeout=60)
     assert state.reason == "ImageMismatch"
     assert "kinetic-workflows 0.0.9 (submitter) vs 0.1.0 (runner)" in (state.message or "")
