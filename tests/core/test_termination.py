@@ -22,8 +22,8 @@ WAITER = textwrap.dedent(
 
     kc.install_termination_handler()
     job = kc.submit(jobfns.sleep, (120,))
-    print(job.job_id, flush=True)
     with kc.cancel_on_termination(job):
+        print(job.job_id, flush=True)  # only now may the test's SIGTERM come
         job.wait(timeout=120)
     """
 )
