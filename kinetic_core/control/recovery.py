@@ -112,6 +112,8 @@ def successor(ref: JobRef, state: JobState) -> JobRef | None:
     if found is None and recoverable(ref, state):
         try:
             found = _start(storage, ref, state)
+        except OldAttemptRunning:  # not a failed recovery: the successor waits for it
+            raise
         except BackendError as exc:
             if exc.transient:
                 raise

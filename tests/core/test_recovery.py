@@ -223,3 +223,28 @@ def test_a_recovered_attempt_starts_with_the_checkpoint_in_its_output_folder(
     value = job.result(timeout=120, cleanup=False)
     assert job.state().recoveries == 1
     assert value["resumed_from"] == 5 and value["job_id"] != job.job_id
+
+
+def test_an_old_attempt_still_stopping_reads_recovering_not_ended(
+    storage_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the ended attempt's processes still stop, its successor waits and the job
+    reads PENDING ``Recovering``: never the terminal end of an attempt that will recover
+    (``OldAttemptRunning`` is a KineticError, and must not be taken for a failed recovery)."""
+    from kinetic_core.control import recovery
+
+    job = kc.submit(
+        jobfns.exit_with, (75,), target=kc.Target(max_recoveries=1, recover_on_exit_codes=[75])
+    )
+
+    def still_stopping(backend: Any, ref: Any) -> None:
+        raise recovery.OldAttemptRunning(f"attempt {ref.attempt} is still stopping")
+
+    monkeypatch.setattr(recovery, "_stop_old_attempt", still_stopping)
+    deadline = time.monotonic() + 60
+    while (state := job.state()).reason != "Recovering" and time.monotonic() < deadline:
+        assert not state.terminal, state
+        time.sleep(0.05)
+    assert (state.status, state.reason) == (kc.JobStatus.PENDING, "Recovering")
+    monkeypatch.undo()
+    assert job.wait(timeout=60).recoveries == 1  # once the old attempt is gone, it recovers
