@@ -73,6 +73,24 @@ def _submission_refused(message: str, hook: str) -> SubmissionRefused:
     return SubmissionRefused(message, hook=hook)
 
 
+class IdempotencyConflict(SubmissionError):
+    """A keyed submit of another call (another function, or other arguments) than the job
+    its idempotency key already has in flight or uncollected. ``job_id`` names that job;
+    nothing was written. Use another key, wait for the job, or pass ``reattach_any=True``
+    to get that job whatever it runs."""
+
+    def __init__(self, message: str, *, job_id: str = "") -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_idempotency_conflict, (str(self), self.job_id))
+
+
+def _idempotency_conflict(message: str, job_id: str) -> IdempotencyConflict:
+    return IdempotencyConflict(message, job_id=job_id)
+
+
 class SerializationError(SubmissionError):
     """The function or its arguments cannot be pickled."""
 

@@ -447,9 +447,20 @@ def _parse_env(var: str, raw: str, hint: Any) -> Any:
             return [int(i) for i in items] if get_args(kind) == (int,) else items
         if origin is dict and str not in args:
             return json.loads(raw)
-    except ValueError as exc:
-        raise ConfigError(f"Cannot parse {var}={raw!r} as {kind}: {exc}") from None
+    except ValueError:
+        expected = _EXPECTED.get(origin, "JSON")
+        raise ConfigError(f"Cannot read {var}={raw!r}: set it to {expected}.") from None
     return raw
+
+
+#: What a KINETIC_* variable of each field type holds, as the error says it.
+_EXPECTED: dict[Any, str] = {
+    bool: "true or false (1/0, yes/no, on/off)",
+    float: "a number of seconds (e.g. 3600)",
+    int: "a whole number",
+    list: "a comma-separated list or a JSON list",
+    dict: "a JSON object",
+}
 
 
 @functools.cache

@@ -113,6 +113,10 @@ class JobHandle:
     description: str = ""
     #: Pinned by the user (``keep=True`` on submit): ``kinetic gc`` never removes it.
     keep: bool = False
+    #: Which call the job runs (``jobs/fingerprint.py``: the function's name and a digest
+    #: of the arguments, never a value): a keyed submit of another call is told so. Empty
+    #: on handles written before it existed, and on batch children.
+    call_fingerprint: str = ""
     signing_key: str | None = field(default=None, repr=False, compare=False)
     #: True when ``submit`` returned this existing job for its idempotency key instead of
     #: creating one (a retry reattached). Not serialized.
