@@ -114,6 +114,12 @@ class JobNotRunning(KineticError):
     has ended. The message says which."""
 
 
+class JobStillRunning(KineticError):
+    """``cleanup()`` of a job that has not ended: it would cancel the job. Nothing was
+    done; pass ``cancel=True`` (``kinetic jobs cleanup --cancel``) to cancel it and clean
+    up, or wait for it to end."""
+
+
 class JobNotFound(KineticError, LookupError):
     """No job with that id exists under the storage root."""
 

@@ -22,11 +22,12 @@ from kinetic_core.batch.tracker import BatchProgress, Tracker, index_of
 from kinetic_core.config.target import positive_seconds
 from kinetic_core.control.polling import Until, poll_ticks
 from kinetic_core.control.resolution import resolve_states
-from kinetic_core.errors import BatchError
+from kinetic_core.errors import BatchError, JobStillRunning
 from kinetic_core.jobs.handle import JobHandle
 from kinetic_core.records import layout
 from kinetic_core.states import ChildStatus, JobState, JobStatus, timestamp
 from kinetic_core.util.waits import aticks, in_thread
+from kinetic_core.util.words import plural
 
 DEFAULT_POLL_TIMEOUT = 24 * 3600.0  # an attached batch never waits forever by default
 
@@ -418,11 +419,23 @@ class BatchHandle:
 
     acancel = in_thread(cancel)
 
-    def cleanup(self, *, backend: bool = True, storage: bool = True) -> None:
-        """Clean up every child's latest attempt, and the batch's finished driver jobs."""
-        for job in self.jobs:
-            if job is not None:
-                job.cleanup(backend=backend, storage=storage)
+    def cleanup(self, *, backend: bool = True, storage: bool = True, cancel: bool = False) -> None:
+        """Clean up every child's latest attempt, and the batch's finished driver jobs. A
+        child still running raises JobStillRunning before anything is cleaned up, unless
+        ``cancel=True`` (the batch is cancelled first, as ``cancel()`` does)."""
+        jobs = [job for job in self.jobs if job is not None]
+        running = [s.job_id for s in resolve_states(jobs) if not s.terminal]
+        if running and not cancel:
+            raise JobStillRunning(
+                f"batch {self.group_id} has {plural(len(running), 'job')} still running "
+                f"({', '.join(running[:3])}{', ...' if len(running) > 3 else ''}): cleaning "
+                "up would cancel them. Pass cancel=True (kinetic batch cleanup --cancel) "
+                "to cancel the batch and clean up, or wait for it first."
+            )
+        if running:
+            self.cancel()
+        for job in jobs:
+            job.cleanup(backend=backend, storage=storage)
         for driver in driver_jobs(self.records):
             if driver.state().terminal:
                 driver.cleanup(backend=backend, storage=storage)

@@ -310,11 +310,14 @@ def cancel(ctx: click.Context, job_id: str) -> int:
 @jobs.command()
 @job_id_argument
 @click.option("--outputs", is_flag=True, help="Also delete the job's output folder.")
+@click.option("--cancel", is_flag=True, help="Cancel the job first if it still runs.")
 @click.pass_context
-def cleanup(ctx: click.Context, job_id: str, outputs: bool) -> int:
-    """Free a job's backend resources and stored envelopes."""
+def cleanup(ctx: click.Context, job_id: str, outputs: bool, cancel: bool) -> int:
+    """Free a job's backend resources and stored envelopes (a job still running is
+    refused unless --cancel)."""
     handle = kc.attach(job_id, target=target_of(ctx))
-    handle.cleanup(outputs=outputs)  # also stops what a debug=True job kept for inspection
+    # also stops what a debug=True job kept for inspection (it has ended: FAILED)
+    handle.cleanup(outputs=outputs, cancel=cancel)
     click.echo(f"{handle.job_id}: cleaned up")
     return DONE
 

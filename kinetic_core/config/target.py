@@ -228,6 +228,19 @@ class Target:
             if any(getattr(self, name) is not None for name in kind.options):
                 kind.check_options(self)
 
+    def ignored_options(self) -> list[str]:
+        """The options set here that this target's backend has no use for (another
+        backend's: ``accelerator``, ``spot``, ``project`` on ``local``), sorted. A job's
+        shape (``num_hosts``) every backend honours."""
+        own = registry.backend_kind(self.backend).options
+        others = {n for b in registry.BACKENDS for n in registry.backend_kind(b).options}
+        unused = others - own - _EVERY_BACKEND
+        return sorted(n for n in unused if getattr(self, n) not in (None, False, "", [], {}))
+
+
+#: Options of another backend that every backend honours all the same.
+_EVERY_BACKEND = frozenset({"num_hosts"})
+
 
 def validate_recovery(max_recoveries: Any, exit_codes: Any) -> None:
     """ConfigError unless the recovery policy is a count >= 0 and a list of exit codes."""

@@ -52,6 +52,7 @@ from kinetic_core.errors import (
     JobFailed,
     JobNotFound,
     JobNotRunning,
+    JobStillRunning,
     KineticError,
     ResultNotAvailable,
     WaitTimeout,
@@ -624,16 +625,32 @@ class JobHandle:
 
     acancel = in_thread(cancel)
 
-    def cleanup(self, *, backend: bool = True, storage: bool = True, outputs: bool = False) -> None:
+    def cleanup(
+        self,
+        *,
+        backend: bool = True,
+        storage: bool = True,
+        outputs: bool = False,
+        cancel: bool = False,
+    ) -> None:
         """Free backend resources and stored envelopes of every attempt of this job (the
         attempts it recovered and those that recovered it), from any attempt's handle.
 
         A small tombstone (handle and state records) stays so the job still resolves and
         an idempotency key knows it ran. ``outputs=True`` also deletes the function's own
-        files under its output dir (off by default: they are usually the point).
+        files under its output dir (off by default: they are usually the point). A job
+        that has not ended raises JobStillRunning and nothing is done, unless
+        ``cancel=True``: then it is cancelled first.
         """
-        if backend:
-            self.cancel()  # the attempt that runs now; False (nothing done) once ended
+        state = self.state()
+        if not state.terminal:
+            if not cancel:
+                raise JobStillRunning(
+                    f"job {self.job_id} is {state.status.value}: cleaning it up would cancel "
+                    "it. Pass cancel=True (kinetic jobs cleanup --cancel) to cancel it and "
+                    "clean up, or wait for it to end (job.wait()) first."
+                )
+            self.cancel()  # the attempt that runs now; False once it ended meanwhile
         self._release(backend=backend, storage=storage, outputs=outputs)
 
     def _release(

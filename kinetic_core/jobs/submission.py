@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import IO, Any
@@ -190,6 +191,7 @@ def prepare(
         hooks.submitting(spec)
     call = {"fn": fn, "args": args, "kwargs": kwargs, "env": job_env(resolved.env, os.environ)}
     kind: BackendKind = registry.backend_kind(resolved.backend)
+    _say_ignored(resolved)
     mounts = check_volumes(
         volumes, backend=str(resolved.backend), supports_volumes=kind.supports_volumes
     )
@@ -206,6 +208,26 @@ def prepare(
         about["owner"],
         about["description"],
         fingerprint=fingerprint,
+    )
+
+
+_said: set[tuple[str, ...]] = set()  # (backend, *options) already warned of in this process
+
+
+def _say_ignored(target: Target) -> None:
+    """Warn once per process and backend of the options it ignores: a ``spot=True`` or an
+    ``accelerator`` that silently did nothing would be found only in the bill or the run
+    time."""
+    ignored = target.ignored_options()
+    said = (str(target.backend), *ignored)
+    if not ignored or said in _said:
+        return
+    _said.add(said)
+    warnings.warn(
+        f"the {target.backend} backend ignores {', '.join(ignored)}: these options apply to "
+        f"another backend (choose it with backend= or KINETIC_BACKEND), or drop them.",
+        UserWarning,
+        stacklevel=3,
     )
 
 

@@ -229,3 +229,23 @@ def test_outputs_folder_is_private(storage_uri: str) -> None:
     assert path.parent.parent == root / "outputs"
     for folder in (root / "outputs", path.parent):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
+
+
+def test_the_local_backend_says_once_what_it_ignores(
+    storage_uri: str, recwarn: pytest.WarningsRecorder
+) -> None:
+    """Issue 35 item 5: accelerator, spot and project were ignored without a word."""
+    from kinetic_core.jobs import submission
+
+    submission._said.clear()
+    target = {"accelerator": "tpu-v5e-8", "spot": True, "project": "p"}
+    jobs = [kc.submit(jobfns.add, (1, 2), target=target) for _ in range(2)]
+    said = [str(w.message) for w in recwarn if "ignores" in str(w.message)]
+    assert said == [
+        "the local backend ignores accelerator, project, spot: these options apply to another "
+        "backend (choose it with backend= or KINETIC_BACKEND), or drop them."
+    ]
+    assert [j.result(timeout=60) for j in jobs] == [3, 3]
+    recwarn.clear()
+    kc.submit(jobfns.add, (1, 2)).result(timeout=60)
+    assert not [w for w in recwarn if "ignores" in str(w.message)]
