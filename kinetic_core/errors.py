@@ -231,6 +231,7 @@ class BatchError(KineticError):
         submission_failures: dict[int, BaseException] | None = None,
         total: int | None = None,
         reports: dict[int, str] | None = None,
+        counts: dict[str, int] | None = None,
     ) -> None:
         #: Per failed input (the first few): its remote exception, traceback and log tail.
         self.reports = dict(reports or {})
@@ -238,9 +239,11 @@ class BatchError(KineticError):
         self.failures = failures
         self.partial_results = partial_results
         self.submission_failures = dict(submission_failures or {})
-        n = len(failures) + len(self.submission_failures)
         self.total = total if total is not None else len(partial_results)
-        super().__init__(f"Batch {group_id}: {n} of {self.total} jobs failed")
+        #: What happened to the inputs that gave no value, by what: ``failed``,
+        #: ``cancelled``, ``not launched``, ``not submitted``, ``already collected``.
+        self.counts = dict(counts or {"failed": len(failures) + len(self.submission_failures)})
+        super().__init__(f"Batch {group_id}: {_batch_summary(self.counts, self.total)}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
@@ -252,5 +255,16 @@ class BatchError(KineticError):
                 self.submission_failures,
                 self.total,
                 self.reports,
+                self.counts,
             ),
         )
+
+
+def _batch_summary(counts: dict[str, int], total: int) -> str:
+    """ "2 of 5 jobs failed" when every input without a value failed; else what happened
+    to each: "20 of 20 inputs gave no value: 1 failed, 12 cancelled, 7 not launched"."""
+    happened = {word: n for word, n in counts.items() if n}
+    if set(happened) <= {"failed"}:
+        return f"{happened.get('failed', 0)} of {total} jobs failed"
+    what = ", ".join(f"{n} {word}" for word, n in happened.items())
+    return f"{sum(happened.values())} of {total} inputs gave no value: {what}"
