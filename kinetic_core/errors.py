@@ -99,6 +99,15 @@ class StorageError(KineticError):
     """The storage root cannot be read or written (missing bucket, permissions...)."""
 
 
+class OutputsNotSynced(StorageError):
+    """The job's function returned, but the final sync of its output folder to its
+    ``output_dir`` failed (credentials, a missing bucket, a full disk): the job reads FAILED
+    (reason ``OutputsNotSynced``) so nothing downstream takes it for a success. The message
+    names the error and the folder on the job's machine where the files were kept."""
+
+    reason = "OutputsNotSynced"
+
+
 class BackendError(KineticError):
     """The backend (e.g. the Kubernetes API) failed to answer. The job itself may be fine:
     observing or waiting again is safe."""

@@ -48,6 +48,7 @@ class Reason(StrEnum):
     DEADLINE_EXCEEDED = "DeadlineExceeded"  # ran longer than life_span
     SCHEDULE_TIMEOUT = "ScheduleTimeout"  # pending longer than schedule_timeout
     QUEUE_TIMEOUT = "QueueTimeout"  # queued longer than queue_timeout
+    OUTPUTS_NOT_SYNCED = "OutputsNotSynced"  # the function returned; its outputs' final sync failed
 
     @property
     def recoverable(self) -> bool:

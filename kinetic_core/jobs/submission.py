@@ -25,6 +25,7 @@ from kinetic_core.config.target import Target, validate_tags
 from kinetic_core.control.launching import AttemptTaken, create_attempt, launch_spec
 from kinetic_core.data.inputs import Data, check_volumes, fuse_volumes, reference_data
 from kinetic_core.data.inputs import prepare as prepare_data
+from kinetic_core.data.outputs import check_output_dir
 from kinetic_core.errors import ConfigError, IdempotencyConflict, JobNotFound, SubmissionError
 from kinetic_core.jobs.fingerprint import bind_call, call_fingerprint, function_name
 from kinetic_core.jobs.handle import JobHandle, load_handle
@@ -192,6 +193,8 @@ def prepare(
     call = {"fn": fn, "args": args, "kwargs": kwargs, "env": job_env(resolved.env, os.environ)}
     kind: BackendKind = registry.backend_kind(resolved.backend)
     _say_ignored(resolved)
+    if resolved.output_dir:
+        check_output_dir(resolved.output_dir)
     mounts = check_volumes(
         volumes, backend=str(resolved.backend), supports_volumes=kind.supports_volumes
     )
