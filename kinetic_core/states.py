@@ -189,6 +189,21 @@ class JobState:
     ran: bool | None = None
 
     @property
+    def value(self) -> str:
+        """Deprecated: the status word. kinetic's ``on_status_change`` callbacks got a
+        ``JobStatus`` and read ``s.value``; here they get a JobState, whose status word is
+        ``state.status.value``."""
+        import warnings  # only a seed-era callback gets here
+
+        warnings.warn(
+            "JobState.value is the kinetic spelling (on_status_change got a JobStatus "
+            "there): use state.status.value (the old name will be removed).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.status.value
+
+    @property
     def terminal(self) -> bool:
         return self.status.terminal
 
