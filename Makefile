@@ -7,7 +7,7 @@ SYNC := $(UV) sync --frozen --python 3.11 --quiet
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
 .PHONY: demo test uv env env-airflow env-prefect lint docs k8s-binaries \
-        test-core test-ui test-kubernetes test-airflow test-prefect test-packaging bench clean \
+        test-core test-docs test-ui test-kubernetes test-airflow test-prefect test-packaging bench clean \
         chromium screenshots
 
 ## uv: bootstrap uv from PyPI when it is missing
@@ -69,6 +69,11 @@ docs: env
 test-core: env
 	.venv/bin/pytest tests/core tests/fault $(PYTEST_FLAGS)
 
+## every Python example of README.md and docs/ (Sybil): the pages about Airflow and Prefect
+## run in test-airflow and test-prefect, where their orchestrator is installed
+test-docs: env
+	.venv/bin/pytest tests/docs $(PYTEST_FLAGS)
+
 ## the dashboard in headless Chromium (`kinetic ui` as a real server over real jobs)
 test-ui: env chromium
 	$(call playwright,.venv)
@@ -103,19 +108,21 @@ test-airflow: env-airflow $(addprefix env-airflow-,$(AIRFLOW_MINORS)) k8s-binari
 	  || exit 1; done
 	$(call playwright,.venv-airflow)
 	.venv-airflow/bin/pytest tests/airflow/browser $(PYTEST_FLAGS)
+	.venv-airflow/bin/pytest tests/docs -k airflow $(PYTEST_FLAGS)
 
 test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-binaries
 	for minor in $(PREFECT_OLDEST) $(PREFECT_NEWEST); do \
 	  echo "== Prefect $$minor: $$(.venv-prefect-$$minor/bin/python -c 'import prefect; print(prefect.__version__)')" && \
 	  .venv-prefect-$$minor/bin/mypy providers/kinetic_prefect && \
 	  .venv-prefect-$$minor/bin/pytest tests/prefect $(PYTEST_FLAGS) || exit 1; done
+	.venv-prefect-$(PREFECT_NEWEST)/bin/pytest tests/docs -k prefect $(PYTEST_FLAGS)
 
 ## the release artifacts: sdist contents, and the wheel installed with [airflow] in a fresh venv
 ## running a smoke DAG from a temp dir (uv's cache keeps the install quick)
 test-packaging: env
 	.venv/bin/pytest tests/packaging $(PYTEST_FLAGS)
 
-test: lint docs test-core test-ui test-kubernetes test-airflow test-prefect test-packaging
+test: lint docs test-core test-docs test-ui test-kubernetes test-airflow test-prefect test-packaging
 
 ## the main job on the embedded default: the nightly pipeline in Airflow 3 and in Prefect 3
 demo: env env-airflow env-prefect
