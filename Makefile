@@ -124,16 +124,25 @@ test-packaging: env
 
 test: lint docs test-core test-docs test-ui test-kubernetes test-airflow test-prefect test-packaging
 
-## the main job on the embedded default: the nightly pipeline in Airflow 3 and in Prefect 3
+## the main job on the embedded default: the nightly pipeline in Airflow 3 and in Prefect 3.
+## Everything goes to the demo's own storage root (.kinetic-demo/ here, new on each run: the
+## first model of a fresh registry is published); each orchestrator's full log goes to a
+## file under it, and the last lines say what ran where and what to type next
+DEMO_STORAGE := $(CURDIR)/.kinetic-demo
+demo: export KINETIC_STORAGE = file://$(DEMO_STORAGE)
 demo: env env-airflow env-prefect
+	rm -rf $(DEMO_STORAGE) && mkdir -p $(DEMO_STORAGE)
 	@echo "== kinetic_core: train, then evaluate =="
 	.venv/bin/python dags_examples/demo_core.py
 	@echo "== Airflow 3: nightly_training (airflow dags test) =="
-	bash dags_examples/run_airflow_demo.sh
+	bash dags_examples/run_airflow_demo.sh $(DEMO_STORAGE)/airflow.log
 	@echo "== Prefect 3: nightly_training_prefect =="
 	PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_HOME=$$(mktemp -d) \
 	  PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=180 \
-	  .venv-prefect/bin/python dags_examples/nightly_training_prefect.py
+	  .venv-prefect/bin/python dags_examples/nightly_training_prefect.py \
+	  >$(DEMO_STORAGE)/prefect.log 2>&1 || { tail -40 $(DEMO_STORAGE)/prefect.log; exit 1; }
+	@echo "flow run nightly-training done (full log: $(DEMO_STORAGE)/prefect.log)"
+	@.venv/bin/python dags_examples/demo_summary.py
 
 bench: env
 	for b in bench/roundtrip.py bench/shared_poller.py bench/payload.py bench/batch.py; do \
