@@ -7,7 +7,7 @@ SYNC := $(UV) sync --frozen --python 3.11 --quiet
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
 .PHONY: demo test uv env env-airflow env-prefect lint docs k8s-binaries \
-        test-core test-ui test-kubernetes test-airflow test-prefect test-packaging bench clean \
+        test-core test-docs test-ui test-kubernetes test-airflow test-prefect test-packaging bench clean \
         chromium screenshots
 
 ## uv: bootstrap uv from PyPI when it is missing
@@ -69,6 +69,11 @@ docs: env
 test-core: env
 	.venv/bin/pytest tests/core tests/fault $(PYTEST_FLAGS)
 
+## every Python example of README.md and docs/ (Sybil): the pages about Airflow and Prefect
+## run in test-airflow and test-prefect, where their orchestrator is installed
+test-docs: env
+	.venv/bin/pytest tests/docs $(PYTEST_FLAGS)
+
 ## the dashboard in headless Chromium (`kinetic ui` as a real server over real jobs)
 test-ui: env chromium
 	$(call playwright,.venv)
@@ -103,30 +108,41 @@ test-airflow: env-airflow $(addprefix env-airflow-,$(AIRFLOW_MINORS)) k8s-binari
 	  || exit 1; done
 	$(call playwright,.venv-airflow)
 	.venv-airflow/bin/pytest tests/airflow/browser $(PYTEST_FLAGS)
+	.venv-airflow/bin/pytest tests/docs -k airflow $(PYTEST_FLAGS)
 
 test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-binaries
 	for minor in $(PREFECT_OLDEST) $(PREFECT_NEWEST); do \
 	  echo "== Prefect $$minor: $$(.venv-prefect-$$minor/bin/python -c 'import prefect; print(prefect.__version__)')" && \
 	  .venv-prefect-$$minor/bin/mypy providers/kinetic_prefect && \
 	  .venv-prefect-$$minor/bin/pytest tests/prefect $(PYTEST_FLAGS) || exit 1; done
+	.venv-prefect-$(PREFECT_NEWEST)/bin/pytest tests/docs -k prefect $(PYTEST_FLAGS)
 
 ## the release artifacts: sdist contents, and the wheel installed with [airflow] in a fresh venv
 ## running a smoke DAG from a temp dir (uv's cache keeps the install quick)
 test-packaging: env
 	.venv/bin/pytest tests/packaging $(PYTEST_FLAGS)
 
-test: lint docs test-core test-ui test-kubernetes test-airflow test-prefect test-packaging
+test: lint docs test-core test-docs test-ui test-kubernetes test-airflow test-prefect test-packaging
 
-## the main job on the embedded default: the nightly pipeline in Airflow 3 and in Prefect 3
+## the main job on the embedded default: the nightly pipeline in Airflow 3 and in Prefect 3.
+## Everything goes to the demo's own storage root (.kinetic-demo/ here, new on each run: the
+## first model of a fresh registry is published); each orchestrator's full log goes to a
+## file under it, and the last lines say what ran where and what to type next
+DEMO_STORAGE := $(CURDIR)/.kinetic-demo
+demo: export KINETIC_STORAGE = file://$(DEMO_STORAGE)
 demo: env env-airflow env-prefect
+	rm -rf $(DEMO_STORAGE) && mkdir -p $(DEMO_STORAGE)
 	@echo "== kinetic_core: train, then evaluate =="
 	.venv/bin/python dags_examples/demo_core.py
 	@echo "== Airflow 3: nightly_training (airflow dags test) =="
-	bash dags_examples/run_airflow_demo.sh
+	bash dags_examples/run_airflow_demo.sh $(DEMO_STORAGE)/airflow.log
 	@echo "== Prefect 3: nightly_training_prefect =="
 	PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_HOME=$$(mktemp -d) \
 	  PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=180 \
-	  .venv-prefect/bin/python dags_examples/nightly_training_prefect.py
+	  .venv-prefect/bin/python dags_examples/nightly_training_prefect.py \
+	  >$(DEMO_STORAGE)/prefect.log 2>&1 || { tail -40 $(DEMO_STORAGE)/prefect.log; exit 1; }
+	@echo "flow run nightly-training done (full log: $(DEMO_STORAGE)/prefect.log)"
+	@.venv/bin/python dags_examples/demo_summary.py
 
 bench: env
 	for b in bench/roundtrip.py bench/shared_poller.py bench/payload.py bench/batch.py; do \

@@ -1,8 +1,9 @@
 """The main job on the embedded default: train, then evaluate, as detached kinetic jobs.
 
 Run with ``make demo`` (or ``python dags_examples/demo_core.py``). Nothing to install or
-configure: jobs run as detached local processes, state lives under ``~/.kinetic``
-(override with KINETIC_STORAGE, e.g. ``gs://bucket/prefix``). Data moves only through
+configure: jobs run as detached local processes, state lives under KINETIC_STORAGE (``make
+demo``: ``.kinetic-demo/`` in the checkout; default ``~/.kinetic``; ``gs://bucket/prefix``
+works the same). Data moves only through
 ``kc.Data`` arguments, the jobs' output folders and results: the same code runs on GKE.
 """
 
@@ -83,7 +84,7 @@ def main() -> dict[str, float]:
     state = eval_job.state()
     print(f"evaluate job {eval_job.job_id}: {state.status} (exit {state.exit_code}) -> {metrics}")
     print(f"\nmodel in {train_job.outputs.path}")
-    print(f"metrics: mse={metrics['mse']:.6f}; inspect with `kinetic jobs list`")
+    print(f"metrics: mse={metrics['mse']:.6f}")
     return metrics
 
 

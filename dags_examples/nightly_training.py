@@ -123,7 +123,10 @@ def update_registry(metrics: dict[str, Any]) -> dict[str, Any]:
         )
         with open(best_path, "w") as fh:
             json.dump({"r2": metrics["r2"], "model_job": metrics["model"]["job_id"]}, fh)
-    print(f"r2={metrics['r2']:.4f} best before={best:.4f} published={published}")
+    if published:
+        print(f"published this model: r2={metrics['r2']:.4f} beats the best so far ({best:.4f})")
+    else:
+        print(f"kept the published model: r2={metrics['r2']:.4f} does not beat {best:.4f}")
     return job_ref(published=published, best_r2=max(best, metrics["r2"]))
 
 

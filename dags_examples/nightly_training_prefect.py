@@ -122,7 +122,10 @@ def update_registry(model: dict[str, Any], mse: float) -> dict[str, Any]:
             os.path.join(fetch_outputs(model), "model.json"), os.path.join(out, "model.json")
         )
         _save("best.json", {"mse": mse, "model_job": model["job_id"]})
-    print(f"mse={mse:.5f} best before={best:.5f} published={published}")
+    if published:
+        print(f"published this model: mse={mse:.5f} beats the best so far ({best:.5f})")
+    else:
+        print(f"kept the published model: mse={mse:.5f} does not beat {best:.5f}")
     return job_ref(published=published, best_mse=min(best, mse))
 
 

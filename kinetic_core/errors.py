@@ -73,12 +73,39 @@ def _submission_refused(message: str, hook: str) -> SubmissionRefused:
     return SubmissionRefused(message, hook=hook)
 
 
+class IdempotencyConflict(SubmissionError):
+    """A keyed submit of another call (another function, or other arguments) than the job
+    its idempotency key already has in flight or uncollected. ``job_id`` names that job;
+    nothing was written. Use another key, wait for the job, or pass ``reattach_any=True``
+    to get that job whatever it runs."""
+
+    def __init__(self, message: str, *, job_id: str = "") -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_idempotency_conflict, (str(self), self.job_id))
+
+
+def _idempotency_conflict(message: str, job_id: str) -> IdempotencyConflict:
+    return IdempotencyConflict(message, job_id=job_id)
+
+
 class SerializationError(SubmissionError):
     """The function or its arguments cannot be pickled."""
 
 
 class StorageError(KineticError):
     """The storage root cannot be read or written (missing bucket, permissions...)."""
+
+
+class OutputsNotSynced(StorageError):
+    """The job's function returned, but the final sync of its output folder to its
+    ``output_dir`` failed (credentials, a missing bucket, a full disk): the job reads FAILED
+    (reason ``OutputsNotSynced``) so nothing downstream takes it for a success. The message
+    names the error and the folder on the job's machine where the files were kept."""
+
+    reason = "OutputsNotSynced"
 
 
 class BackendError(KineticError):
@@ -94,6 +121,12 @@ class BackendError(KineticError):
 class JobNotRunning(KineticError):
     """The job has no running process to reach (port-forward): it is still pending, or it
     has ended. The message says which."""
+
+
+class JobStillRunning(KineticError):
+    """``cleanup()`` of a job that has not ended: it would cancel the job. Nothing was
+    done; pass ``cancel=True`` (``kinetic jobs cleanup --cancel``) to cancel it and clean
+    up, or wait for it to end."""
 
 
 class JobNotFound(KineticError, LookupError):
@@ -207,6 +240,7 @@ class BatchError(KineticError):
         submission_failures: dict[int, BaseException] | None = None,
         total: int | None = None,
         reports: dict[int, str] | None = None,
+        counts: dict[str, int] | None = None,
     ) -> None:
         #: Per failed input (the first few): its remote exception, traceback and log tail.
         self.reports = dict(reports or {})
@@ -214,9 +248,11 @@ class BatchError(KineticError):
         self.failures = failures
         self.partial_results = partial_results
         self.submission_failures = dict(submission_failures or {})
-        n = len(failures) + len(self.submission_failures)
         self.total = total if total is not None else len(partial_results)
-        super().__init__(f"Batch {group_id}: {n} of {self.total} jobs failed")
+        #: What happened to the inputs that gave no value, by what: ``failed``,
+        #: ``cancelled``, ``not launched``, ``not submitted``, ``already collected``.
+        self.counts = dict(counts or {"failed": len(failures) + len(self.submission_failures)})
+        super().__init__(f"Batch {group_id}: {_batch_summary(self.counts, self.total)}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
@@ -228,5 +264,16 @@ class BatchError(KineticError):
                 self.submission_failures,
                 self.total,
                 self.reports,
+                self.counts,
             ),
         )
+
+
+def _batch_summary(counts: dict[str, int], total: int) -> str:
+    """ "2 of 5 jobs failed" when every input without a value failed; else what happened
+    to each: "20 of 20 inputs gave no value: 1 failed, 12 cancelled, 7 not launched"."""
+    happened = {word: n for word, n in counts.items() if n}
+    if set(happened) <= {"failed"}:
+        return f"{happened.get('failed', 0)} of {total} jobs failed"
+    what = ", ".join(f"{n} {word}" for word, n in happened.items())
+    return f"{sum(happened.values())} of {total} inputs gave no value: {what}"

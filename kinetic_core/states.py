@@ -48,6 +48,7 @@ class Reason(StrEnum):
     DEADLINE_EXCEEDED = "DeadlineExceeded"  # ran longer than life_span
     SCHEDULE_TIMEOUT = "ScheduleTimeout"  # pending longer than schedule_timeout
     QUEUE_TIMEOUT = "QueueTimeout"  # queued longer than queue_timeout
+    OUTPUTS_NOT_SYNCED = "OutputsNotSynced"  # the function returned; its outputs' final sync failed
 
     @property
     def recoverable(self) -> bool:
@@ -186,6 +187,21 @@ class JobState:
     recoveries: int = 0
     lost_seconds: float = 0.0
     ran: bool | None = None
+
+    @property
+    def value(self) -> str:
+        """Deprecated: the status word. kinetic's ``on_status_change`` callbacks got a
+        ``JobStatus`` and read ``s.value``; here they get a JobState, whose status word is
+        ``state.status.value``."""
+        import warnings  # only a seed-era callback gets here
+
+        warnings.warn(
+            "JobState.value is the kinetic spelling (on_status_change got a JobStatus "
+            "there): use state.status.value (the old name will be removed).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.status.value
 
     @property
     def terminal(self) -> bool:

@@ -20,6 +20,7 @@ from kinetic_core.jobs.listing import resolve_owner
 from kinetic_core.records import layout
 from kinetic_core.storage import open_storage
 from kinetic_core.util.ids import key_digest, new_id, validate_id
+from kinetic_core.util.seed_names import old_keywords
 from kinetic_core.util.waits import in_thread
 
 __all__ = ["aattach_batch", "asubmit_map", "attach_batch", "list_batches", "submit_map"]
@@ -150,13 +151,23 @@ def submit_map(
     return batch
 
 
+_ATTACH_UNNEEDED = {
+    "poll_interval": "a batch is whole once submit_map returns, so there is no manifest to "
+    "poll; a wait's interval is as_completed(poll_interval=)",
+}
+
+
 def attach_batch(
     group_id: str,
     *,
     target: Target | dict[str, Any] | None = None,
     poll_timeout: float = DEFAULT_POLL_TIMEOUT,
+    **kinetic_names: Any,
 ) -> BatchHandle:
-    """Rebuild a batch handle in another process. Waits on it default to ``poll_timeout``."""
+    """Rebuild a batch handle in another process. Waits on it default to ``poll_timeout``.
+    ``poll_interval=`` (kinetic's manifest polling) has no use here and is dropped with a
+    DeprecationWarning: a batch is whole once ``submit_map`` returns."""
+    old_keywords("attach_batch", kinetic_names, {}, _ATTACH_UNNEEDED)
     validate_id(group_id, "group id")
     resolved = Target.coerce(target).resolve()
     manifest = read_manifest(open_storage(resolved.storage or ""), group_id, resolved.signing_key)

@@ -22,11 +22,12 @@ from kinetic_core.batch.tracker import BatchProgress, Tracker, index_of
 from kinetic_core.config.target import positive_seconds
 from kinetic_core.control.polling import Until, poll_ticks
 from kinetic_core.control.resolution import resolve_states
-from kinetic_core.errors import BatchError
+from kinetic_core.errors import BatchError, JobCancelled, JobStillRunning, ResultNotAvailable
 from kinetic_core.jobs.handle import JobHandle
 from kinetic_core.records import layout
 from kinetic_core.states import ChildStatus, JobState, JobStatus, timestamp
 from kinetic_core.util.waits import aticks, in_thread
+from kinetic_core.util.words import plural
 
 DEFAULT_POLL_TIMEOUT = 24 * 3600.0  # an attached batch never waits forever by default
 
@@ -106,6 +107,19 @@ class _Throttle:
             return False
         self.last = now
         return True
+
+
+ALREADY_COLLECTED = "already collected"
+_WHAT_ORDER = ("failed", "cancelled", "not launched", "not submitted", ALREADY_COLLECTED)
+
+
+def _what_happened(error: BaseException, unsubmitted: bool) -> str:
+    """How an input that gave no value ended, in the words a BatchError counts it by."""
+    if unsubmitted:  # no job: the batch stopped before launching it, or submitting failed
+        return "not launched" if isinstance(error, JobCancelled) else "not submitted"
+    if isinstance(error, ResultNotAvailable):
+        return ALREADY_COLLECTED
+    return "cancelled" if isinstance(error, JobCancelled) else "failed"
 
 
 class BatchHandle:
@@ -387,11 +401,23 @@ class BatchHandle:
         order = sorted(by_index) if ordered else [i for i, _, _ in collected] + sorted(sub_failures)
         if return_exceptions:
             return [by_index[i][0] for i in order]
-        failed = [i for i in order if not by_index[i][1] and i not in sub_failures]
-        if failed or sub_failures:
+        what = {
+            i: _what_happened(v, i in sub_failures) for i, (v, ok) in by_index.items() if not ok
+        }
+        if what and all(w == ALREADY_COLLECTED for w in what.values()):
+            raise ResultNotAvailable(
+                f"Batch {self.group_id}: the results of {len(what)} of {self.total} inputs were "
+                "already collected and cleaned up (none failed). A result can be read again "
+                "only if it was kept: pass cleanup=False to results() (kinetic batch results "
+                "--keep) to keep them in storage."
+            )
+        failed = [i for i in order if i in what and i not in sub_failures]
+        failed = [i for i in failed if what[i] != ALREADY_COLLECTED]
+        if what:
             jobs = self.jobs
             raise BatchError(
                 self.group_id,
+                counts={w: sum(1 for x in what.values() if x == w) for w in _WHAT_ORDER},
                 failures=[j for i in failed if (j := jobs[i]) is not None],
                 partial_results=[
                     by_index[i][0] if by_index.get(i, (None, False))[1] else None
@@ -418,11 +444,23 @@ class BatchHandle:
 
     acancel = in_thread(cancel)
 
-    def cleanup(self, *, backend: bool = True, storage: bool = True) -> None:
-        """Clean up every child's latest attempt, and the batch's finished driver jobs."""
-        for job in self.jobs:
-            if job is not None:
-                job.cleanup(backend=backend, storage=storage)
+    def cleanup(self, *, backend: bool = True, storage: bool = True, cancel: bool = False) -> None:
+        """Clean up every child's latest attempt, and the batch's finished driver jobs. A
+        child still running raises JobStillRunning before anything is cleaned up, unless
+        ``cancel=True`` (the batch is cancelled first, as ``cancel()`` does)."""
+        jobs = [job for job in self.jobs if job is not None]
+        running = [s.job_id for s in resolve_states(jobs) if not s.terminal]
+        if running and not cancel:
+            raise JobStillRunning(
+                f"batch {self.group_id} has {plural(len(running), 'job')} still running "
+                f"({', '.join(running[:3])}{', ...' if len(running) > 3 else ''}): cleaning "
+                "up would cancel them. Pass cancel=True (kinetic batch cleanup --cancel) "
+                "to cancel the batch and clean up, or wait for it first."
+            )
+        if running:
+            self.cancel()
+        for job in jobs:
+            job.cleanup(backend=backend, storage=storage)
         for driver in driver_jobs(self.records):
             if driver.state().terminal:
                 driver.cleanup(backend=backend, storage=storage)

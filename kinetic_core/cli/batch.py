@@ -130,9 +130,11 @@ def cancel(ctx: click.Context, group_id: str) -> int:
 
 @batch.command()
 @group_id_argument
+@click.option("--cancel", is_flag=True, help="Cancel the batch first if a child still runs.")
 @click.pass_context
-def cleanup(ctx: click.Context, group_id: str) -> int:
-    """Free the children's backend resources and stored envelopes."""
-    kc.attach_batch(group_id, target=target_of(ctx)).cleanup()
+def cleanup(ctx: click.Context, group_id: str, cancel: bool) -> int:
+    """Free the children's backend resources and stored envelopes (a batch still running
+    is refused unless --cancel)."""
+    kc.attach_batch(group_id, target=target_of(ctx)).cleanup(cancel=cancel)
     click.echo(f"{group_id}: cleaned up")
     return DONE

@@ -9,6 +9,7 @@ import click
 import kinetic_core as kc
 from kinetic_core.cli.common import listable_root, target_of
 from kinetic_core.ops.gc import cutoff_of
+from kinetic_core.util.words import plural
 
 
 class Age(click.ParamType):
@@ -60,11 +61,12 @@ def gc(
         return
     verb = "Would remove" if dry_run else "Removed"
     click.echo(
-        f"{verb} {len(report.jobs)} jobs, {len(report.batches)} batches, "
-        f"{len(report.data)} data, {len(report.blobs)} blobs ({report.bytes} bytes)."
+        f"{verb} {plural(len(report.jobs), 'job')}, "
+        f"{plural(len(report.batches), 'batch', 'batches')}, {len(report.data)} data, "
+        f"{plural(len(report.blobs), 'blob')} ({plural(report.bytes, 'byte')})."
     )
     for reason, count in sorted(report.kept.items()):
-        click.echo(f"Kept {count} jobs: {reason}.")
+        click.echo(f"Kept {plural(count, 'job')}: {reason}.")
     if report.data_note:
         click.echo(f"Data kept: {report.data_note}.")
     if report.deferred:

@@ -28,6 +28,7 @@ from kinetic_core.control.polling import poll_ticks
 from kinetic_core.control.usage import combine, per_job
 from kinetic_core.runtime import debugging
 from kinetic_core.storage import open_storage
+from kinetic_core.util.words import plural
 
 job_id_argument = click.argument("job_id", shell_complete=complete_job_id)
 # The filters `list` and `usage` share (kc.list_jobs's).
@@ -97,7 +98,9 @@ def list_(
     """Jobs, newest first (--reverse: oldest first); --limit counts after filtering.
 
     A batch shows as one row with its progress (its children and its driver job are
-    listed with --all); a batch counts once against --limit."""
+    listed with --all); a batch counts once against --limit. --json lists jobs only, one
+    object shape (batch children and drivers as jobs, as with --all; batches: `kinetic
+    batch list --json`)."""
     root = listable_root(ctx)
     listed = kc.list_jobs(
         statuses=statuses or None,
@@ -109,17 +112,14 @@ def list_(
         reverse=reverse,
         limit=limit,
         target=target_of(ctx),
-        include_batch_children=all_,
+        include_batch_children=all_ or as_json,  # --json: one shape, every row a job
     )
-    handles, batches = _split_batches(listed, all_, ctx)
+    handles, batches = _split_batches(listed, all_ or as_json, ctx)
     rows = list(zip(handles, kc.resolve_states(handles) if handles else [], strict=True))
     if as_json:
-        render.emit_json(
-            [{**h.to_dict(), "state": s.to_dict()} for h, s in rows]
-            + [{"batch": summary} for summary in batches]
-        )
+        render.emit_json([{**h.to_dict(), "state": s.to_dict()} for h, s in rows])
     else:
-        render.console().print(render.state_table(f"{len(rows)} jobs", rows))
+        render.console().print(render.state_table(plural(len(rows), "job"), rows))
         if batches:
             render.console().print(render.batches_table(batches))
     filtered = statuses or tags or name or owner or since is not None or until is not None
@@ -163,7 +163,7 @@ def reindex(ctx: click.Context) -> int:
     store written by older versions; safe to repeat, also while jobs are submitted)."""
     report = kc.repair_index(target=target_of(ctx))
     click.echo(
-        f"{report.jobs} jobs; wrote {report.created} index entries and {report.ended} end "
+        f"{plural(report.jobs, 'job')}; wrote {report.created} index entries and {report.ended} end "
         "entries; the index is complete"
     )
     return DONE
@@ -310,11 +310,14 @@ def cancel(ctx: click.Context, job_id: str) -> int:
 @jobs.command()
 @job_id_argument
 @click.option("--outputs", is_flag=True, help="Also delete the job's output folder.")
+@click.option("--cancel", is_flag=True, help="Cancel the job first if it still runs.")
 @click.pass_context
-def cleanup(ctx: click.Context, job_id: str, outputs: bool) -> int:
-    """Free a job's backend resources and stored envelopes."""
+def cleanup(ctx: click.Context, job_id: str, outputs: bool, cancel: bool) -> int:
+    """Free a job's backend resources and stored envelopes (a job still running is
+    refused unless --cancel)."""
     handle = kc.attach(job_id, target=target_of(ctx))
-    handle.cleanup(outputs=outputs)  # also stops what a debug=True job kept for inspection
+    # also stops what a debug=True job kept for inspection (it has ended: FAILED)
+    handle.cleanup(outputs=outputs, cancel=cancel)
     click.echo(f"{handle.job_id}: cleaned up")
     return DONE
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 import kinetic_core as kc
+from kinetic_core.util.words import plural
 
 STATUS_STYLE = {
     "SUCCEEDED": "green",
@@ -57,6 +58,13 @@ class Column:
     drop: int = 0
     wrap: bool = False
     justify: JustifyMethod = "left"
+    #: Free text kept to one line: as wide as the table leaves it (at least ``CUT_LEAST``
+    #: cells), the rest cut with "…" (the whole text: ``jobs status`` or ``--json``).
+    cut: bool = False
+
+
+#: The narrowest a ``cut`` column gets before it is dropped.
+CUT_LEAST = 16
 
 
 #: A word longer than this in free text is cut with an ellipsis, so one long path or
@@ -84,7 +92,11 @@ def fit_table(
     for i, cells in zip(shown, widths, strict=True):
         col = columns[i]
         table.add_column(
-            col.header, justify=col.justify, no_wrap=not col.wrap, width=cells, overflow="fold"
+            col.header,
+            justify=col.justify,
+            no_wrap=not col.wrap,
+            width=cells,
+            overflow="ellipsis" if col.cut else "fold",
         )
     for row in rows:
         table.add_row(*(row[i] for i in shown))
@@ -102,14 +114,14 @@ def _widths(
         texts = [col.header, *(Text.from_markup(row[i]).plain for row in rows)]
         longest = max(cell_len(line) for t in texts for line in t.splitlines() or [""])
         words = [cell_len(w) for t in texts for w in t.split()] or [0]
-        need.append(max(words) if col.wrap else longest)
+        need.append(max(words) if col.wrap else min(longest, CUT_LEAST) if col.cut else longest)
         full.append(longest)
     spare = width - sum(need) - 3 * len(columns) - 1  # borders and padding of a rich Table
     if spare < 0:
         return None
     widths: list[int | None] = []
     for col, least, most in zip(columns, need, full, strict=True):
-        extra = min(spare, most - least) if col.wrap else 0
+        extra = min(spare, most - least) if col.wrap or col.cut else 0
         spare -= extra
         widths.append(least + extra)
     return widths
@@ -118,6 +130,12 @@ def _widths(
 def words_cut(text: str, word: int = WORD) -> str:
     """Free text for a wrapping column: every word longer than ``word`` cut with "…"."""
     return " ".join(w if len(w) <= word else w[: word - 1] + "…" for w in text.split())
+
+
+def one_line(text: str | None) -> str:
+    """Free text for a ``cut`` column: its lines joined into one (escaped: user text is
+    never read as rich markup); the column cuts it with "…" where it is too long."""
+    return escape(" ".join((text or "").split()))
 
 
 def ago(dt: datetime | None, now: datetime | None = None) -> str:
@@ -142,16 +160,17 @@ def ran(state: kc.JobState) -> str:
     return seconds_text((end - state.started_at).total_seconds())
 
 
-#: ``jobs list``: what an 80-column terminal shows is the id, status, when created, reason
-#: and how long it ran (ids shorter than the longest shows more); wider terminals show more.
+#: ``jobs list``: what an 80-column terminal shows is the id, the status with its reason
+#: (``FAILED DeadlineExceeded``, wrapped at the space when narrow: a FAILED job's reason is
+#: never dropped), when created and how long it ran (ids shorter than the longest show
+#: more); wider terminals show more.
 JOB_COLUMNS = [
     Column("job id"),
-    Column("status"),
+    Column("status", wrap=True),
     Column("created", drop=1),
-    Column("reason", drop=2),
     Column("ran", drop=3, justify="right"),
     Column("attempt", drop=4, justify="right"),
-    Column("message", drop=5, wrap=True),
+    Column("message", drop=5, cut=True),
     Column("name", drop=6),
     Column("owner", drop=7),
     Column("description", drop=8, wrap=True),
@@ -170,12 +189,12 @@ def state_table(
     cells = [
         {
             "job id": handle.job_id,
-            "status": styled(state.status.value),
+            "status": styled(state.status.value)
+            + (f" {escape(state.reason)}" if state.reason else ""),
             "created": ago(state.created_at),
-            "reason": escape(state.reason or ""),
             "ran": ran(state),
             "attempt": str(state.attempt),
-            "message": escape(words_cut((state.message or "")[:120])),
+            "message": one_line(state.message),
             "name": escape(handle.name),
             "owner": escape(handle.owner),
             "description": short(handle.description),  # its words are at most 40 cells
@@ -252,7 +271,7 @@ HISTORY_COLUMNS = [
     Column("since", drop=1),
     Column("for", drop=3, justify="right"),
     Column("exit", drop=4, justify="right"),
-    Column("message", drop=5, wrap=True),
+    Column("message", drop=5, cut=True),
 ]
 
 
@@ -267,7 +286,7 @@ def history_table(
             ago(t.at),
             seconds_text(t.duration) if t.duration is not None else "",
             "" if t.exit_code is None else str(t.exit_code),
-            escape(words_cut((t.message or "")[:120])),
+            one_line(t.message),
         ]
         for t in transitions
     ]
@@ -315,7 +334,7 @@ def batches_table(summaries: list[dict[str, Any]], *, width: int | None = None) 
         ]
         for s in summaries
     ]
-    return fit_table(f"{len(summaries)} batches", BATCH_COLUMNS, rows, width=width)
+    return fit_table(plural(len(summaries), "batch", "batches"), BATCH_COLUMNS, rows, width=width)
 
 
 def status_heading(summary: dict[str, Any]) -> str:
@@ -326,7 +345,7 @@ def status_heading(summary: dict[str, Any]) -> str:
     ]
     return (
         f"[bold]batch {summary['group_id']}[/] ({summary['name']}): "
-        f"{summary['total']} inputs, {', '.join(flags)}"
+        f"{plural(summary['total'], 'input')}, {', '.join(flags)}"
     )
 
 
@@ -345,7 +364,7 @@ FAILED_CHILD_COLUMNS = [
     Column("job id"),
     Column("status"),
     Column("reason", drop=1),
-    Column("message", drop=2, wrap=True),
+    Column("message", drop=2, cut=True),
 ]
 
 
@@ -359,11 +378,11 @@ def failed_children_table(children: list[kc.FailedChild], *, width: int | None =
                 child.job.job_id if child.job else "-",
                 styled(child.status.value),
                 escape(child.reason),
-                escape(words_cut((message or "")[:200])),
+                one_line(message),
             ]
         )
     return fit_table(
-        f"{len(children)} inputs did not succeed", FAILED_CHILD_COLUMNS, rows, width=width
+        f"{plural(len(children), 'input')} did not succeed", FAILED_CHILD_COLUMNS, rows, width=width
     )
 
 

@@ -228,6 +228,19 @@ class Target:
             if any(getattr(self, name) is not None for name in kind.options):
                 kind.check_options(self)
 
+    def ignored_options(self) -> list[str]:
+        """The options set here that this target's backend has no use for (another
+        backend's: ``accelerator``, ``spot``, ``project`` on ``local``), sorted. A job's
+        shape (``num_hosts``) every backend honours."""
+        own = registry.backend_kind(self.backend).options
+        others = {n for b in registry.BACKENDS for n in registry.backend_kind(b).options}
+        unused = others - own - _EVERY_BACKEND
+        return sorted(n for n in unused if getattr(self, n) not in (None, False, "", [], {}))
+
+
+#: Options of another backend that every backend honours all the same.
+_EVERY_BACKEND = frozenset({"num_hosts"})
+
 
 def validate_recovery(max_recoveries: Any, exit_codes: Any) -> None:
     """ConfigError unless the recovery policy is a count >= 0 and a list of exit codes."""
@@ -447,9 +460,20 @@ def _parse_env(var: str, raw: str, hint: Any) -> Any:
             return [int(i) for i in items] if get_args(kind) == (int,) else items
         if origin is dict and str not in args:
             return json.loads(raw)
-    except ValueError as exc:
-        raise ConfigError(f"Cannot parse {var}={raw!r} as {kind}: {exc}") from None
+    except ValueError:
+        expected = _EXPECTED.get(origin, "JSON")
+        raise ConfigError(f"Cannot read {var}={raw!r}: set it to {expected}.") from None
     return raw
+
+
+#: What a KINETIC_* variable of each field type holds, as the error says it.
+_EXPECTED: dict[Any, str] = {
+    bool: "true or false (1/0, yes/no, on/off)",
+    float: "a number of seconds (e.g. 3600)",
+    int: "a whole number",
+    list: "a comma-separated list or a JSON list",
+    dict: "a JSON object",
+}
 
 
 @functools.cache

@@ -80,6 +80,14 @@ class Data:
         if not isinstance(self.path, str | os.PathLike) or not os.fspath(self.path):
             raise ConfigError(f"Data(path) needs a non-empty path or URI, got {self.path!r}.")
         object.__setattr__(self, "path", os.fspath(self.path))
+        scheme, sep, _ = self.path.partition("://")
+        if sep and scheme not in ("file", "gs") and scheme.isidentifier():
+            raise ConfigError(
+                f"Data({self.path!r}): {scheme}:// is not supported; Data takes a local path, "
+                "file:///absolute/path or gs://bucket/path. Download it first (for the "
+                "Hugging Face Hub: huggingface_hub.snapshot_download) and pass the local path, "
+                "or copy it to a gs:// bucket."
+            )
 
     @property
     def remote(self) -> bool:

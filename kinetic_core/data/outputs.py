@@ -25,12 +25,13 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from kinetic_core.errors import InvalidIdError
+from kinetic_core.errors import InvalidIdError, StorageError
 from kinetic_core.records import layout
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import signing
@@ -245,39 +246,91 @@ def job_place(storage_uri: str, job_id: str) -> Place:
     return place_of(storage, job_id, _read_handle(storage, job_id))
 
 
-def sync_if_idle(storage_uri: str, job_id: str, worker: int = 0) -> None:
+def sync_if_idle(storage_uri: str, job_id: str, worker: int = 0) -> str | None:
     """The final sync (the function ended, SIGTERM, or the runner died): skipped when a
-    sync is under way in this process (a signal interrupted it; the supervisor follows)."""
+    sync is under way in this process (a signal interrupted it; the supervisor follows).
+    Returns why it failed (None: synced, or skipped); never raises, so it never masks how
+    the job ended."""
     if not _lock.acquire(blocking=False):
-        return
+        return None
     try:
         sync(job_place(storage_uri, job_id), job_id, worker=worker)
-    except Exception as exc:  # reported, never masks how the job ended
+        return None
+    except Exception as exc:
         import sys
 
-        print(f"kinetic: could not sync outputs of {job_id}: {exc}", file=sys.stderr, flush=True)
+        why = f"{type(exc).__name__}: {exc}"
+        print(f"kinetic: could not sync outputs of {job_id}: {why}", file=sys.stderr, flush=True)
+        return why
     finally:
         _lock.release()
 
 
-def finish(storage_uri: str, job_id: str, worker: int = 0, *, keep: bool = False) -> None:
+def finish(storage_uri: str, job_id: str, worker: int = 0, *, keep: bool = False) -> str | None:
     """Last sync as the job (worker) ends, then drop this machine's copy (and downloaded
-    data) unless ``keep`` (a failed debug job, held for inspection). Never raises: how the
-    job ended must still be recorded."""
+    data) unless ``keep`` (a failed debug job, held for inspection). A sync that failed
+    keeps the copy, the only one of the files, and returns what to tell the user (where
+    they are, and why); None otherwise. Never raises: how the job ended must still be
+    recorded."""
     try:
         root = local_root(job_id, worker)
         if not os.path.isdir(root):
-            return
-        sync_if_idle(storage_uri, job_id, worker)  # a no-op where the folder is the storage
+            return None
+        failed = sync_if_idle(storage_uri, job_id, worker)  # no-op where the folder is storage
+        if failed is not None:
+            return (
+                f"the final sync of its outputs failed ({failed}); the files were kept on "
+                f"{socket.gethostname()} in {os.path.join(root, 'out')}: copy them from there, "
+                "or fix the output_dir's credentials or bucket and run the job again"
+            )
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     except Exception as exc:
         import sys
 
         print(f"kinetic: could not finish outputs of {job_id}: {exc}", file=sys.stderr, flush=True)
+    return None
 
 
 # ---- the submitter's side --------------------------------------------------------------------
+_reachable: set[str] = set()  # output_dirs this process checked: one round trip each
+
+
+def check_output_dir(output_dir: str) -> None:
+    """At submit, as a ``Data`` is checked: the ``output_dir`` can be reached from here,
+    so a night's outputs are not found unwritable only at the job's end. ``gs://``: the
+    credentials work and the bucket exists (StorageError saying which); ``file://``: the
+    folder, or the nearest folder above it that exists, is writable. Nothing is written.
+    Write permission on a bucket is not probed (that would write); the job's final sync
+    still reports a refusal (its reason ``OutputsNotSynced``)."""
+    if output_dir in _reachable:
+        return
+    storage = open_storage(output_dir)
+    root = storage.local_path("")
+    if root is not None:
+        _check_writable(output_dir, root)
+    else:
+        try:
+            storage.exists(".kinetic-output-dir-probe")  # lists the prefix: credentials, bucket
+        except StorageError as exc:
+            raise StorageError(
+                f"output_dir {output_dir} cannot be reached from here: {exc}"
+            ) from None
+    _reachable.add(output_dir)
+
+
+def _check_writable(output_dir: str, root: str) -> None:
+    existing = root
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        raise StorageError(
+            f"output_dir {output_dir}: {existing} is not a folder this user can write to, so "
+            "the job could not keep its outputs there. Choose another output_dir, or fix the "
+            "folder's permissions."
+        )
+
+
 def download_outputs(
     storage: Storage, job_id: str, dest: str, output_dir: str | None = None
 ) -> str:

@@ -52,6 +52,7 @@ from kinetic_core.errors import (
     JobFailed,
     JobNotFound,
     JobNotRunning,
+    JobStillRunning,
     KineticError,
     ResultNotAvailable,
     WaitTimeout,
@@ -66,6 +67,7 @@ from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import registry, signing
 from kinetic_core.util.ids import validate_id
 from kinetic_core.util.ports import PortForward, parse_ports
+from kinetic_core.util.seed_names import old_keywords, said
 from kinetic_core.util.waits import aticks, in_thread
 
 __all__ = ["JobHandle", "attach", "load_handle"]
@@ -113,6 +115,10 @@ class JobHandle:
     description: str = ""
     #: Pinned by the user (``keep=True`` on submit): ``kinetic gc`` never removes it.
     keep: bool = False
+    #: Which call the job runs (``jobs/fingerprint.py``: the function's name and a digest
+    #: of the arguments, never a value): a keyed submit of another call is told so. Empty
+    #: on handles written before it existed, and on batch children.
+    call_fingerprint: str = ""
     signing_key: str | None = field(default=None, repr=False, compare=False)
     #: True when ``submit`` returned this existing job for its idempotency key instead of
     #: creating one (a retry reattached). Not serialized.
@@ -233,6 +239,25 @@ class JobHandle:
         without it."""
         kind: BackendKind = registry.backend_kind(self.target.get("backend"))
         return bool(self.target.get("spot")) if "spot" in kind.options else None
+
+    # ---- the seed kinetic's names (util/seed_names.py) -------------------------------------
+    @property
+    def k8s_name(self) -> str | None:
+        """Deprecated: kinetic's name of ``kubernetes_job_name``."""
+        said("JobHandle.k8s_name", "JobHandle.kubernetes_job_name")
+        return self.kubernetes_job_name
+
+    @property
+    def image_uri(self) -> str | None:
+        """Deprecated: kinetic's name of ``image``."""
+        said("JobHandle.image_uri", "JobHandle.image")
+        return self.image
+
+    @property
+    def group_index(self) -> int | None:
+        """Deprecated: kinetic's name of ``index``."""
+        said("JobHandle.group_index", "JobHandle.index")
+        return self.index
 
     @property
     def group_id(self) -> str | None:
@@ -568,7 +593,7 @@ class JobHandle:
         try_write_record(self._storage(), self.job_id, layout.COLLECTED)
 
     # ---- stop -----------------------------------------------------------------------------
-    def cancel(self, *, wait: float = CANCEL_WAIT) -> bool:
+    def cancel(self, *, wait: float = CANCEL_WAIT, **kinetic_names: Any) -> bool:
         """Cancel the job durably. True only if this call decided that the job ends
         CANCELLED: from its return on every reader sees CANCELLED (the state is final at
         once). False if the job had already ended or another decider came first (its
@@ -577,7 +602,12 @@ class JobHandle:
         Waits up to ``wait`` seconds for the job's processes to stop (0: return at once).
         A backend that would refuse the stop (``check_cancel``: e.g. ``PermissionDenied``,
         a Role without ``jobs: delete``) raises before anything is recorded.
+        ``cleanup_timeout=`` (kinetic's) is ``wait=``, with a DeprecationWarning.
         """
+        if kinetic_names:
+            wait = old_keywords("cancel", kinetic_names, _CANCEL_RENAMED, _POLL_UNNEEDED).get(
+                "wait", wait
+            )
         state = self.state()
         if state.terminal:
             return False
@@ -620,16 +650,37 @@ class JobHandle:
 
     acancel = in_thread(cancel)
 
-    def cleanup(self, *, backend: bool = True, storage: bool = True, outputs: bool = False) -> None:
+    def cleanup(
+        self,
+        *,
+        backend: bool = True,
+        storage: bool = True,
+        outputs: bool = False,
+        cancel: bool = False,
+        **kinetic_names: Any,
+    ) -> None:
         """Free backend resources and stored envelopes of every attempt of this job (the
         attempts it recovered and those that recovered it), from any attempt's handle.
 
         A small tombstone (handle and state records) stays so the job still resolves and
         an idempotency key knows it ran. ``outputs=True`` also deletes the function's own
-        files under its output dir (off by default: they are usually the point).
+        files under its output dir (off by default: they are usually the point). A job
+        that has not ended raises JobStillRunning and nothing is done, unless
+        ``cancel=True``: then it is cancelled first. ``k8s=``/``gcs=`` (kinetic's) are
+        ``backend=``/``storage=``, with a DeprecationWarning.
         """
-        if backend:
-            self.cancel()  # the attempt that runs now; False (nothing done) once ended
+        if kinetic_names:
+            new = old_keywords("cleanup", kinetic_names, _CLEANUP_RENAMED, _CLEANUP_UNNEEDED)
+            backend, storage = new.get("backend", backend), new.get("storage", storage)
+        state = self.state()
+        if not state.terminal:
+            if not cancel:
+                raise JobStillRunning(
+                    f"job {self.job_id} is {state.status.value}: cleaning it up would cancel "
+                    "it. Pass cancel=True (kinetic jobs cleanup --cancel) to cancel it and "
+                    "clean up, or wait for it to end (job.wait()) first."
+                )
+            self.cancel()  # the attempt that runs now; False once it ended meanwhile
         self._release(backend=backend, storage=storage, outputs=outputs)
 
     def _release(
@@ -755,6 +806,15 @@ class JobHandle:
             except JobNotFound:
                 continue
         return found
+
+
+_CANCEL_RENAMED = {"cleanup_timeout": "wait"}
+_CLEANUP_RENAMED = {"k8s": "backend", "gcs": "storage"}
+_POLL_UNNEEDED = {"cleanup_poll_interval": "waits here poll on an adaptive schedule"}
+_CLEANUP_UNNEEDED = {
+    **_POLL_UNNEEDED,
+    "cleanup_timeout": "cleanup() deletes without waiting for the deletion",
+}
 
 
 def _check_result_args(timeout: Any, on_status_change: Any, cleanup_timeout: Any) -> None:

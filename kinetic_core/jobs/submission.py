@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import IO, Any
@@ -24,7 +25,9 @@ from kinetic_core.config.target import Target, validate_tags
 from kinetic_core.control.launching import AttemptTaken, create_attempt, launch_spec
 from kinetic_core.data.inputs import Data, check_volumes, fuse_volumes, reference_data
 from kinetic_core.data.inputs import prepare as prepare_data
-from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
+from kinetic_core.data.outputs import check_output_dir
+from kinetic_core.errors import ConfigError, IdempotencyConflict, JobNotFound, SubmissionError
+from kinetic_core.jobs.fingerprint import bind_call, call_fingerprint, function_name
 from kinetic_core.jobs.handle import JobHandle, load_handle
 from kinetic_core.jobs.listing import check_description, resolve_owner
 from kinetic_core.records import layout
@@ -44,6 +47,7 @@ class _Raced(Exception):
 
 
 def _check_call(fn: Any, args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's args and kwargs, checked as calling ``fn`` with them would check them."""
     if not callable(fn):
         raise SubmissionError(f"Expected a callable to run, got {type(fn).__name__}: {fn!r}.")
     if not isinstance(args, tuple | list):
@@ -52,6 +56,16 @@ def _check_call(fn: Any, args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
         raise SubmissionError(f"kwargs must be a dict with str keys, got {kwargs!r}.")
     return tuple(args), dict(kwargs)
+
+
+def _bind(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return bind_call(fn, args, kwargs)
+    except TypeError as exc:
+        raise SubmissionError(
+            f"{function_name(fn)} cannot be called with these arguments ({exc}): fix the "
+            "args/kwargs of the submit; no job was created."
+        ) from None
 
 
 def _by_value_modules(fn: Any, target: Target) -> list[str]:
@@ -102,6 +116,7 @@ def submit(
     output_dir: str | None = None,
     debug: bool | None = None,
     keep: bool = False,
+    reattach_any: bool = False,
 ) -> JobHandle:
     """Submit ``fn(*args, **kwargs)`` as a detached job and return its handle at once.
 
@@ -109,7 +124,9 @@ def submit(
     was not collected, that job's handle is returned instead of a new job; concurrent
     submitters with one key create exactly one job. ``reuse_succeeded=True`` also reuses
     a succeeded attempt whose result was already collected (keep it with
-    ``result(cleanup=False)``), e.g. so a whole-pipeline retry does not rerun it.
+    ``result(cleanup=False)``), e.g. so a whole-pipeline retry does not rerun it. A
+    submit of another call (another function, other arguments) under a key whose job it
+    would return raises IdempotencyConflict, unless ``reattach_any=True``.
 
     Every ``Data`` in the arguments arrives in the job as a local path; ``volumes`` maps
     absolute paths in the job to ``Data`` (Kubernetes backends; see docs/data.md).
@@ -139,7 +156,7 @@ def submit(
         return plan.create(new_id(plan.name), attempt=1, key=None)
     if not isinstance(idempotency_key, str) or not idempotency_key:
         raise ConfigError("idempotency_key must be a non-empty string.")
-    return plan.submit_keyed(idempotency_key, reuse_succeeded)
+    return plan.submit_keyed(idempotency_key, reuse_succeeded, reattach_any=bool(reattach_any))
 
 
 def _with_job_fields(target: Target | dict[str, Any] | None, **fields: Any) -> Target:
@@ -165,6 +182,7 @@ def prepare(
     ``Data`` are uploaded (content-addressed: once) and travel as references. ``announce``:
     ask the ``on_job_submitting`` hooks first (SubmissionRefused: nothing written)."""
     args, kwargs = _check_call(fn, args, kwargs)
+    arguments = _bind(fn, args, kwargs)
     resolved = Target.coerce(target).resolve()
     all_tags = {**(resolved.tags or {}), **validate_tags(tags or {})}
     about = {"owner": resolve_owner(owner), "description": check_description(description)}
@@ -174,13 +192,45 @@ def prepare(
         hooks.submitting(spec)
     call = {"fn": fn, "args": args, "kwargs": kwargs, "env": job_env(resolved.env, os.environ)}
     kind: BackendKind = registry.backend_kind(resolved.backend)
+    _say_ignored(resolved)
+    if resolved.output_dir:
+        check_output_dir(resolved.output_dir)
     mounts = check_volumes(
         volumes, backend=str(resolved.backend), supports_volumes=kind.supports_volumes
     )
+    # Only a keyed submit compares calls; taken before Data become references.
+    fingerprint = call_fingerprint(fn, arguments) if idempotency_key is not None else ""
     call = prepare_data(call, mounts, open_storage(resolved.storage or ""))
     modules = _by_value_modules(fn, resolved)
     return _Submission(
-        resolved, call, modules, job_name, all_tags, about["owner"], about["description"]
+        resolved,
+        call,
+        modules,
+        job_name,
+        all_tags,
+        about["owner"],
+        about["description"],
+        fingerprint=fingerprint,
+    )
+
+
+_said: set[tuple[str, ...]] = set()  # (backend, *options) already warned of in this process
+
+
+def _say_ignored(target: Target) -> None:
+    """Warn once per process and backend of the options it ignores: a ``spot=True`` or an
+    ``accelerator`` that silently did nothing would be found only in the bill or the run
+    time."""
+    ignored = target.ignored_options()
+    said = (str(target.backend), *ignored)
+    if not ignored or said in _said:
+        return
+    _said.add(said)
+    warnings.warn(
+        f"the {target.backend} backend ignores {', '.join(ignored)}: these options apply to "
+        f"another backend (choose it with backend= or KINETIC_BACKEND), or drop them.",
+        UserWarning,
+        stacklevel=3,
     )
 
 
@@ -216,6 +266,7 @@ class _Submission:
     owner: str = ""
     description: str = ""
     keep: bool = False
+    fingerprint: str = ""
 
     @property
     def storage(self) -> Storage:
@@ -254,6 +305,7 @@ class _Submission:
             owner=self.owner,
             description=self.description,
             keep=self.keep,
+            call_fingerprint=self.fingerprint,
             signing_key=self.target.signing_key,
         )
         spec = launch_spec(
@@ -287,6 +339,26 @@ class _Submission:
         create_attempt(self.storage, spec, handle.record(), write_payload=None)
 
     # ---- idempotency --------------------------------------------------------------------
+    def _check_same_call(self, key: str, previous: JobHandle) -> None:
+        """IdempotencyConflict when ``previous`` (the job ``key`` would return) runs another
+        call than this submit's. A handle without a fingerprint (an older writer) passes."""
+        theirs = previous.call_fingerprint
+        if not theirs or not self.fingerprint or theirs == self.fingerprint:
+            return
+        what = (
+            "other arguments"
+            if theirs.rpartition(":")[0] == self.fingerprint.rpartition(":")[0]
+            else f"another function ({theirs.rpartition(':')[0]})"
+        )
+        raise IdempotencyConflict(
+            f"Idempotency key {key!r} already has job {previous.job_id} in flight or "
+            f"uncollected, which runs {what} than this submit of "
+            f"{self.fingerprint.rpartition(':')[0]}. Use another key for another call; or "
+            f"wait for that job (kc.attach({previous.job_id!r}).result()) and submit again; "
+            "or pass reattach_any=True to get that job whatever it runs.",
+            job_id=previous.job_id,
+        )
+
     def _record_attempt(self, key: str, attempt: int, job_id: str) -> None:
         storage = self.storage
         try:
@@ -313,7 +385,9 @@ class _Submission:
         return n
 
     @retry(retry=retry_if_exception_type(_Raced), stop=stop_after_attempt(8), reraise=True)
-    def submit_keyed(self, key: str, reuse_succeeded: bool = False) -> JobHandle:
+    def submit_keyed(
+        self, key: str, reuse_succeeded: bool = False, *, reattach_any: bool = False
+    ) -> JobHandle:
         latest = self.latest_attempt(key)
         if latest:
             try:
@@ -327,6 +401,8 @@ class _Submission:
                 state.status is JobStatus.SUCCEEDED and (reuse_succeeded or not state.collected)
             )
             if reusable:
+                if not reattach_any:
+                    self._check_same_call(key, previous)
                 if state.reason == Reason.SUBMITTING:
                     self.relaunch(previous)
                 return replace(previous, reattached=True)

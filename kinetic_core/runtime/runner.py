@@ -25,7 +25,7 @@ from typing import Any
 
 import kinetic_core.runtime.sidecar as sidecar  # send_signal() and top()
 from kinetic_core.data import outputs
-from kinetic_core.errors import JobSetupError
+from kinetic_core.errors import JobSetupError, OutputsNotSynced
 from kinetic_core.records import layout
 from kinetic_core.records.envelope import (
     dump_envelope,
@@ -136,7 +136,9 @@ def run_job(storage_uri: str, job_id: str) -> int:
     sidecar.stop()  # no signal handler runs while the outcome is written
     held = not body["success"] and _debug_note(storage, job_id, handle, body, me.index)
     # in storage before the state can read terminal (a held job keeps its local folder)
-    outputs.finish(storage_uri, job_id, me.index, keep=held)
+    lost = outputs.finish(storage_uri, job_id, me.index, keep=held)
+    if lost is not None and body["success"]:  # a success means the outputs arrived too
+        body = _outputs_not_synced(job_id, lost, me)
     log_capture.sync()  # so is the job's log
     if body["success"] and not me.is_coordinator:  # only worker 0's value is the result
         write_record(storage, job_id, finished_record(me.index), event="finished", success=True)
@@ -145,6 +147,20 @@ def run_job(storage_uri: str, job_id: str) -> int:
     if held:
         _hold(storage_uri, job_id, me.index)
     return 0 if body["success"] else int(body.get("exit_code") or 1)
+
+
+def _outputs_not_synced(job_id: str, problem: str, me: workers.Worker) -> dict[str, Any]:
+    """The failure a job whose function returned ends with when its outputs did not reach
+    storage: FAILED, reason OutputsNotSynced (what ``problem`` says: why, and where the
+    files are kept)."""
+    where = f" (worker {me.index})" if me.count > 1 else ""
+    exc = OutputsNotSynced(f"Job {job_id}{where}: its function returned, but {problem}.")
+    body = failure_body(exc, phase="outputs", traceback_text="")
+    body["reason"] = Reason.OUTPUTS_NOT_SYNCED.value
+    body["exit_code"] = 1
+    if me.count > 1:
+        body["worker"] = me.index
+    return body
 
 
 def _debug_note(

@@ -69,6 +69,32 @@ def test_bad_env_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> No
         kc.Target().resolve()
 
 
+def test_bad_env_value_says_what_it_should_be(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35 item 5: the message said "as <class 'float'>"."""
+    monkeypatch.setenv("KINETIC_LIFE_SPAN", "abc")
+    with pytest.raises(kc.ConfigError, match="a number of seconds") as err:
+        kc.Target().resolve()
+    assert "<class" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((), {}, "missing a required argument: 'a'"),
+        ((1, 2, 3), {}, "too many positional arguments"),
+        ((1,), {"c": 2}, "unexpected keyword argument 'c'"),
+    ],
+)
+def test_a_call_the_signature_refuses_is_refused_at_submit(
+    storage_uri: str, args: tuple[object, ...], kwargs: dict[str, object], match: str
+) -> None:
+    """Issue 35 item 5: a missing argument was found only by a FAILED job."""
+    with pytest.raises(kc.SubmissionError, match=match) as err:
+        kc.submit(jobfns.add, args, kwargs)
+    assert "jobfns.add" in str(err.value)
+    assert _written(storage_uri) == []
+
+
 @pytest.mark.parametrize("timeout", [0, -1, -0.5])
 def test_zero_or_negative_wait_timeout_is_immediate_timeout(
     storage_uri: str, timeout: float
@@ -203,3 +229,23 @@ def test_outputs_folder_is_private(storage_uri: str) -> None:
     assert path.parent.parent == root / "outputs"
     for folder in (root / "outputs", path.parent):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
+
+
+def test_the_local_backend_says_once_what_it_ignores(
+    storage_uri: str, recwarn: pytest.WarningsRecorder
+) -> None:
+    """Issue 35 item 5: accelerator, spot and project were ignored without a word."""
+    from kinetic_core.jobs import submission
+
+    submission._said.clear()
+    target = {"accelerator": "tpu-v5e-8", "spot": True, "project": "p"}
+    jobs = [kc.submit(jobfns.add, (1, 2), target=target) for _ in range(2)]
+    said = [str(w.message) for w in recwarn if "ignores" in str(w.message)]
+    assert said == [
+        "the local backend ignores accelerator, project, spot: these options apply to another "
+        "backend (choose it with backend= or KINETIC_BACKEND), or drop them."
+    ]
+    assert [j.result(timeout=60) for j in jobs] == [3, 3]
+    recwarn.clear()
+    kc.submit(jobfns.add, (1, 2)).result(timeout=60)
+    assert not [w for w in recwarn if "ignores" in str(w.message)]

@@ -555,7 +555,7 @@ def test_submission_failure_is_recorded_and_reported(
     with pytest.raises(kc.BatchError) as info:
         attached.results(cleanup=False)
     err = info.value
-    assert str(err) == f"Batch {batch.group_id}: 1 of 3 jobs failed"
+    assert str(err) == f"Batch {batch.group_id}: 1 of 3 inputs gave no value: 1 not submitted"
     assert err.failures == [] and list(err.submission_failures) == [1]
     assert "Picky inputs cannot be pickled" in str(err.submission_failures[1])
     assert err.partial_results == [0, None, 2]
@@ -745,6 +745,10 @@ def test_fail_fast_stops_the_batch_and_cancels_the_rest(store: Store) -> None:
     assert 'raise RuntimeError(f"child {value} fails on purpose")' in err.reports[3]  # traceback
     assert all(isinstance(e, kc.JobCancelled) for e in err.submission_failures.values())
     assert all("fail_fast" in str(e) for e in err.submission_failures.values())
+    # Issue 35 item 2: the message said "20 of 20 jobs failed" when 1 failed.
+    assert err.counts["failed"] == 1
+    assert err.counts["cancelled"] + err.counts["not launched"] == statuses.count("CANCELLED")
+    assert "gave no value: 1 failed" in str(err) and "not launched" in str(err), str(err)
 
 
 @pytest.mark.timeout(120)
@@ -995,3 +999,17 @@ def test_bad_input_is_a_typed_error_and_writes_nothing(store: Store, case: str) 
     batches = store.root / "batches"
     assert not batches.exists() or not any(batches.iterdir())
     assert store.job_ids() == []
+
+
+@pytest.mark.timeout(120)
+def test_collected_results_are_never_reported_as_failures(store: Store) -> None:
+    """Issue 35 item 2: ``results()`` a second time raised ``BatchError: 3 of 3 jobs
+    failed``, each entry a JobFailed of a SUCCEEDED job."""
+    batch = kc.submit_map(h.square_or_fail, [1, 2, 3], target=store.target)
+    assert batch.results(timeout=90) == [1, 4, 9]
+    with pytest.raises(kc.ResultNotAvailable, match="already collected") as info:
+        batch.results(timeout=30)
+    assert "3 of 3 inputs" in str(info.value) and "failed" not in str(info.value).split("(")[0]
+    again = batch.results(timeout=30, return_exceptions=True)
+    assert all(isinstance(e, kc.ResultNotAvailable) for e in again), again
+    assert batch.statuses() == ["SUCCEEDED"] * 3

@@ -212,7 +212,8 @@ def test_cancel_then_results(
 
     rc, out, err = cli(capsys, uri, "results", batch.group_id, "--timeout", "60")
     assert rc == 1
-    assert f"Batch {batch.group_id}: 3 of 3 jobs failed" in err
+    # Issue 35 item 2: cancelled inputs were counted as "3 of 3 jobs failed".
+    assert f"Batch {batch.group_id}: 3 of 3 inputs gave no value: 3 cancelled" in err
     assert err.count("Cancelled") >= 3
 
 
@@ -263,3 +264,20 @@ def test_children_never_submitted_of_a_cancelled_batch_read_cancelled(
 
     rc, out, _ = cli(capsys, uri, "status", batch.group_id, "--json")
     assert rc == 1 and json.loads(out)["counts"] == {"CANCELLED": 3}
+
+
+@pytest.mark.timeout(120)
+def test_results_twice_says_already_collected(
+    own_store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35 item 2: the second ``batch results`` exited 1 with "2 of 2 jobs failed"
+    while ``batch status`` showed SUCCEEDED 2."""
+    uri = f"file://{own_store}"
+    batch = kc.submit_map(h.square_or_fail, [2, 3], target=kc.Target(storage=uri))
+    rc, out, _ = cli(capsys, uri, "results", batch.group_id, "--timeout", "90")
+    assert rc == 0 and "[4, 9]" in out
+    rc, out, err = cli(capsys, uri, "results", batch.group_id, "--timeout", "30")
+    assert rc == 2 and out == ""
+    assert "already collected" in err and "failed" not in err.split("(")[0], err
+    rc, out, _ = cli(capsys, uri, "status", batch.group_id, "--json")
+    assert rc == 0 and json.loads(out)["counts"] == {"SUCCEEDED": 2}

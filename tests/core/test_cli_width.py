@@ -41,11 +41,13 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
         bad = kc.submit(jobfns.fail, (MESSAGE,), name=LONG_NAME, **common)  # type: ignore[arg-type]
         keyed = kc.submit(jobfns.add, (3,), idempotency_key="width-test", target=target)
         running = kc.submit(jobfns.sleep, (120,), name=LONG_NAME, **common)  # type: ignore[arg-type]
-        for job in (ok, bad, keyed):
+        late = kc.Target(storage=f"file://{root}", life_span=1)
+        deadline = kc.submit(jobfns.sleep, (60,), name=LONG_NAME, target=late)
+        for job in (ok, bad, keyed, deadline):
             job.wait(timeout=60)
         batch = kc.submit_map(h.square_or_fail, [1, 7, 3], target=target, name=LONG_NAME)
         batch.wait(timeout=120)
-        yield Store(f"file://{root}", [ok, bad, keyed, running], batch)
+        yield Store(f"file://{root}", [ok, bad, keyed, running, deadline], batch)
     finally:
         kill_leftovers(root)
 
@@ -125,3 +127,32 @@ def test_batch_list_and_status_fit_80_columns(
     failed = store.batch.failed_children()
     assert len(failed) == 1 and failed[0].job is not None
     _fits(out, 80, [group, failed[0].job.job_id])
+
+
+def test_a_failed_jobs_reason_shows_at_80_columns(
+    store: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35 item 9: at 80 columns ``jobs list`` dropped the reason column, so a FAILED
+    job did not say why."""
+    assert store.jobs[4].state().reason == "DeadlineExceeded"
+    monkeypatch.setenv("COLUMNS", "80")
+    out = _shown(capsys, ["--storage", store.uri, "jobs", "list"])
+    _fits(out, 80, [job.job_id for job in store.jobs] + ["DeadlineExceeded"])
+    assert "5 jobs" in out.splitlines()[0]
+
+
+def test_history_messages_stay_on_one_line_cut_with_an_ellipsis(
+    store: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35 item 9: ``jobs history`` cut messages at 120 characters without an
+    ellipsis and folded them over several lines."""
+    bad = store.jobs[1]
+    transitions = bad.history()
+    monkeypatch.setenv("COLUMNS", "100")
+    out = _shown(capsys, ["--storage", store.uri, "jobs", "history", bad.job_id])
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert len(rows) == len(transitions), out  # one line per transition
+    assert "…" in out and "learning rate" in out, out
+    monkeypatch.setenv("COLUMNS", "250")
+    wide = _shown(capsys, ["--storage", store.uri, "jobs", "history", bad.job_id])
+    assert MESSAGE in wide and "…" not in wide

@@ -131,6 +131,13 @@ def test_bad_data_fails_before_anything_is_written(
     _assert_nothing_written(storage_uri)
 
 
+@pytest.mark.parametrize("uri", ["hf://datasets/org/name", "s3://bucket/key", "https://x/y"])
+def test_a_data_uri_of_another_scheme_says_it_is_not_supported(uri: str) -> None:
+    """Issue 35 item 5: ``Data("hf://...")`` was accepted, then "does not exist"."""
+    with pytest.raises(kc.ConfigError, match=f"{uri.split(':')[0]}:// is not supported"):
+        kc.Data(uri)
+
+
 def _loop(tmp: Path) -> Path:
     (tmp / "looped").mkdir()
     (tmp / "looped" / "back").symlink_to(tmp / "looped")

@@ -208,7 +208,7 @@ def test_cli_gc(storage_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads(capsys.readouterr().out)
     assert report["jobs"] == [] and report["kept"] == {"recent": 1} and report["dry_run"]
     assert cli_main(["gc", "--older-than", "0s"]) == 0
-    assert "Removed 1 jobs" in capsys.readouterr().out
+    assert "Removed 1 job, 0 batches" in capsys.readouterr().out  # issue 35 item 9: "1 jobs"
     with pytest.raises(kc.JobNotFound):
         kc.attach(handle.job_id)
     assert cli_main(["gc", "--older-than", "soon"]) == 2

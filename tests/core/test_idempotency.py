@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 import threading
 from pathlib import Path
+
+import pytest
 
 import kinetic_core as kc
 from tests.core import jobfns
@@ -25,7 +28,7 @@ def test_same_key_returns_running_job_then_new_attempt_after_failure(storage_uri
     first.wait(timeout=30)
     # Succeeded but not collected: still the same job.
     assert (
-        kc.submit(jobfns.sleep, (0.5,), idempotency_key="nightly/train/2026-11-21").job_id
+        kc.submit(jobfns.sleep, (0.5, "a"), idempotency_key="nightly/train/2026-11-21").job_id
         == first.job_id
     )
     assert first.result(timeout=30) == "a"
@@ -109,3 +112,54 @@ def test_mark_collected_lets_the_key_run_again(storage_uri: str) -> None:
     assert second.attempt == 2
     assert first.result(timeout=60, cleanup=False) == 3  # the result itself is still there
     assert second.result(timeout=60) == 3
+
+
+def test_a_keyed_submit_of_another_call_is_told_so(storage_uri: str, tmp_path: Path) -> None:
+    """Issue 35 item 3: the same key with another function or other arguments raised
+    nothing and returned the old job (and so its value)."""
+    gate = tmp_path / "go"
+    first = kc.submit(jobfns.wait_for_file, (str(gate), "first"), idempotency_key="k/other")
+    before = _job_dirs(storage_uri)
+    with pytest.raises(kc.IdempotencyConflict, match="other arguments") as other_args:
+        kc.submit(jobfns.wait_for_file, (str(gate), "second"), idempotency_key="k/other")
+    assert other_args.value.job_id == first.job_id
+    assert "reattach_any=True" in str(other_args.value)
+    with pytest.raises(kc.IdempotencyConflict, match="another function"):
+        kc.submit(jobfns.add, (1, 2), idempotency_key="k/other")
+    assert _job_dirs(storage_uri) == before  # nothing written
+    again = kc.submit(jobfns.add, (1, 2), idempotency_key="k/other", reattach_any=True)
+    assert again.job_id == first.job_id and again.reattached
+    same = kc.submit(
+        jobfns.wait_for_file, [str(gate)], {"value": "first"}, idempotency_key="k/other"
+    )
+    assert same.job_id == first.job_id  # the same call, spelled with a keyword
+    gate.touch()
+    assert first.result(timeout=60) == "first"
+    assert kc.submit(jobfns.add, (1, 2), idempotency_key="k/other").attempt == 2
+
+
+def test_the_same_call_from_another_process_reattaches(storage_uri: str, tmp_path: Path) -> None:
+    """An orchestrator retry resubmits the same call from another process, where set order
+    differs (PYTHONHASHSEED): it still reattaches."""
+    gate = tmp_path / "go"
+    value = {"tags": {"a", "b", "c", "d", "e"}, "n": 1}
+    first = kc.submit(jobfns.wait_for_file, (str(gate), value), idempotency_key="k/retry")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import kinetic_core as kc
+        from tests.core import jobfns
+        value = {{"tags": {{"e", "d", "c", "b", "a"}}, "n": 1}}
+        print(kc.submit(jobfns.wait_for_file, ({str(gate)!r}, value), idempotency_key="k/retry").job_id)
+        """
+    )
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == first.job_id
+    gate.touch()
+    assert first.result(timeout=60) == value

@@ -374,12 +374,18 @@ def test_batch_shows_as_one_row_with_its_driver_and_children_under_all(
     capsys.readouterr()
     assert main(["jobs", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["job_id"] for r in rows if "job_id" in r] == [lone.job_id]
-    (summary,) = [r["batch"] for r in rows if "batch" in r]
+    # Issue 35 item 9: batches came as {"batch": ...} objects among the jobs (`jq
+    # '.[].job_id'` broke); --json lists jobs only, batch children and drivers included.
+    assert all(set(r) >= {"job_id", "state"} for r in rows), rows
+    assert {r["job_id"] for r in rows} == {h.job_id for h in every}
+    assert main(["batch", "list", "--json"]) == 0
+    (summary,) = json.loads(capsys.readouterr().out)
     assert summary["group_id"] == batch.group_id and summary["total"] == 3
     assert main(["jobs", "list"]) == 0
     table = capsys.readouterr().out
-    assert "1 jobs" in table and "1 batches" in table and batch.group_id in table
+    # Issue 35 item 9: "1 jobs", "1 batches".
+    titles = [line.strip() for line in table.splitlines()]
+    assert "1 job" in titles and "1 batch" in titles and batch.group_id in table
     assert children[0].job_id not in table
     assert main(["jobs", "list", "--all", "--json"]) == 0
     listed = {r["job_id"] for r in json.loads(capsys.readouterr().out)}

@@ -29,6 +29,7 @@ ALLOWED: dict[str, set[str]] = {
         "kinetic_core.runtime.debugging",  # describe, held: a debug hold's facts, internal
         "kinetic_core.storage",  # open_storage: the store is no public API
         "kinetic_core.ui",  # serve: the facade exports only dashboard_app
+        "kinetic_core.util.words",  # plural: "1 job", "2 jobs", no public API
     },
     "kinetic_core.ui": {
         "kinetic_core.data.outputs",  # place, Place: where a job's outputs lie, internal

@@ -7,11 +7,13 @@ gs:// prefix on the GCS emulator. Each job writes under ``{output_dir}/{job_id}/
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 import kinetic_core as kc
+from kinetic_core.data import outputs
 from kinetic_core.errors import ConfigError
 from kinetic_core.storage import open_storage
 from tests.core import jobfns, outdebug_fns
@@ -143,3 +145,42 @@ def test_with_a_signing_key_the_signed_handle_names_the_place(
     assert second.result(timeout=60) == [0, 1, 2, 3]
     assert (out / second.job_id / "ckpt.json").exists()
     assert not open_storage(storage_uri).walk("outputs")
+
+
+def test_an_unreachable_output_dir_is_refused_at_submit(
+    storage_uri: str, tmp_path: Path, gcs_emulator: object
+) -> None:
+    """Issue 35 item 1: an output_dir nothing could write to was found only by the job's
+    last sync, after it read SUCCEEDED."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for bad, match in (
+        (f"gs://no-such-bucket-{os.urandom(3).hex()}/models", "does not exist"),
+        (f"file://{afile}/models", "not a folder this user can write to"),
+    ):
+        with pytest.raises(kc.StorageError, match=match) as err:
+            kc.submit(jobfns.add, (1, 2), output_dir=bad)
+        assert "output_dir" in str(err.value)
+        assert open_storage(storage_uri).list_names("") in ([], ["tmp"])
+
+
+def test_outputs_that_did_not_arrive_never_read_as_a_success(
+    storage_uri: str, gcs_emulator: object
+) -> None:
+    """Issue 35 item 1: the final sync failed (one log line), the job read SUCCEEDED,
+    ``result()`` returned and the only copy of the files was deleted."""
+    out = gcs_emulator.uri(f"models-{os.urandom(4).hex()}")  # type: ignore[attr-defined]
+    gcs_emulator.fail_next(10_000, 403, match="lost-model.txt")  # type: ignore[attr-defined]
+    try:
+        job = kc.submit(jobfns.write_output, ("lost-model.txt", "weights"), output_dir=out)
+        state = job.wait(timeout=60)
+    finally:
+        gcs_emulator.fail_next(0)  # type: ignore[attr-defined]
+    assert state.status is kc.JobStatus.FAILED and state.reason == "OutputsNotSynced", state
+    with pytest.raises(kc.OutputsNotSynced, match="final sync of its outputs failed") as err:
+        job.result(timeout=30)
+    assert isinstance(err.value, kc.StorageError)
+    kept = Path(outputs.local_root(job.job_id), "out")
+    assert str(kept) in str(err.value)  # the message says where the files are
+    assert (kept / "lost-model.txt").read_text() == "weights"  # the only copy is kept
+    shutil.rmtree(kept.parent)

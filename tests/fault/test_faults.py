@@ -145,10 +145,17 @@ def test_life_span_exceeded_is_failed_deadline_exceeded(storage_uri: str, tmp_pa
     assert not _pid_alive(int(pid_file.read_text()))
 
 
-def test_cleanup_of_running_job_cancels_it(storage_uri: str, tmp_path: Path) -> None:
+def test_cleanup_of_running_job_refuses_unless_told_to_cancel(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    """Issue 35 item 5: ``cleanup()`` of a running job cancelled it without a word."""
     pid_file = tmp_path / "pid"
     job = kc.submit(jobfns.pid_then_sleep, (str(pid_file), 60))
     _wait_for(pid_file.exists, "the job to write its pid")
-    job.cleanup()
+    with pytest.raises(kc.JobStillRunning, match="cancel=True"):
+        job.cleanup()
+    assert job.status() is kc.JobStatus.RUNNING  # nothing was done
+    assert _pid_alive(int(pid_file.read_text()))
+    job.cleanup(cancel=True)
     _wait_for(lambda: not _pid_alive(int(pid_file.read_text())), "the runner to be killed")
     assert job.status() is kc.JobStatus.CANCELLED
