@@ -2,17 +2,18 @@
 
 No web framework here: ``app.py`` turns these into responses and pages. Everything goes
 through the public API (``list_jobs``, ``attach``, ``resolve_states``, ``read_logs``,
-``list_batches``) except two reads no public call offers without side effects: a
-succeeded job's result (``result()`` marks it collected, which changes what an
-idempotent resubmit does; a page view must change nothing) and the list of its output
-files. A page of jobs costs one ``list_jobs(limit=...)``, one batched state
+``list_batches``, ``JobHandle.preview``) except the list of a job's output files.
+
+Viewing never executes: a job's result and exception are pickles the job wrote, and
+loading one runs the job's code in this server. The pages show what the runner wrote for
+viewing instead (``JobHandle.preview``: a bounded repr of the value, the failure as data);
+nothing here unpickles, and a page view changes nothing (no job is marked collected). A page of jobs costs one ``list_jobs(limit=...)``, one batched state
 resolution of the page's job rows and one status read per batch row.
 """
 
 from __future__ import annotations
 
 import os
-import reprlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,12 +24,10 @@ from typing import Any, BinaryIO
 import kinetic_core as kc
 from kinetic_core.data import outputs
 from kinetic_core.jobs.listing import INTERNAL_TAG_PREFIX, Query
-from kinetic_core.records import layout
-from kinetic_core.records.envelope import load_envelope
 from kinetic_core.storage import Storage, open_storage
 
-#: Longest result repr shown (characters): a glance, not a download.
-RESULT_REPR_LIMIT = 2000
+#: Longest text shown of an outcome (characters): a glance, not a download.
+RESULT_REPR_LIMIT = 4000
 #: Most output files listed on a job's page.
 OUTPUTS_LISTED = 500
 #: Most jobs one page (or the usage view) reads.
@@ -160,15 +159,15 @@ class Reader:
     def _outcome(
         self, handle: kc.JobHandle, newest: kc.JobHandle, state: kc.JobState
     ) -> dict[str, Any] | None:
-        """The result (a truncated repr) of a succeeded job or the error of a failed one;
-        None while it runs. Cached: a terminal outcome never changes."""
+        """The result (its preview) of a succeeded job or the error of a failed one; None
+        while it runs. Cached: a terminal outcome never changes."""
         if not state.terminal:
             return None
         with self._lock:
             if state.job_id in self._results:
                 return self._results[state.job_id]
         outcome = (
-            self._result(newest)
+            _result(newest.preview(state))
             if state.status is kc.JobStatus.SUCCEEDED
             else _error(handle, state)
         )
@@ -177,25 +176,6 @@ class Reader:
             while len(self._results) > _RESULTS_KEPT:
                 self._results.popitem(last=False)
         return outcome
-
-    def _result(self, newest: kc.JobHandle) -> dict[str, Any]:
-        """The value's repr, read without marking the job collected (a view changes
-        nothing). A value this process cannot load (its class is not importable here)
-        is named, not shown."""
-        try:
-            _, body = load_envelope(
-                self.storage(),
-                layout.job_file(newest.job_id, layout.RESULT),
-                kind="result",
-                job_id=newest.job_id,
-                signing_key=self.target.signing_key,
-            )
-        except FileNotFoundError:
-            return {"kind": "result", "available": False, "text": "collected and cleaned up"}
-        except Exception as exc:
-            return {"kind": "result", "available": False, "text": _cannot_load(exc)}
-        text = _short_repr(body.get("value"))
-        return {"kind": "result", "available": True, "text": _truncate(text)}
 
     # ---- outputs ------------------------------------------------------------------------
     def _place(self, handle: kc.JobHandle) -> outputs.Place:
@@ -443,31 +423,35 @@ def _links(handle: kc.JobHandle) -> dict[str, str]:
         return {}
 
 
+def _result(shown: kc.Preview | None) -> dict[str, Any]:
+    """A succeeded job's value as the runner previewed it (never the value itself)."""
+    if shown is None:
+        return {"kind": "result", "available": False, "text": "no result stored"}
+    if not shown.available:
+        return {"kind": "result", "available": False, "text": shown.note}
+    return {
+        "kind": "result",
+        "available": True,
+        "text": _truncate(shown.text),
+        "type": shown.type_name,
+        "note": shown.note,
+    }
+
+
 def _error(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any]:
     """A failed or cancelled job's story: status, reason, remote exception with its
-    traceback and log tail (``describe_failure``, as the CLI prints it)."""
+    traceback and log tail (``describe_failure`` over ``failure_data``: read as data,
+    never unpickled)."""
     if state.status is kc.JobStatus.CANCELLED:
         return {"kind": "cancelled", "text": state.message or "cancelled"}
     try:
-        exc = kc.failure_of(handle)
+        exc = kc.failure_data(handle)
         text = kc.describe_failure(handle, exc)
-        kind = exc.type_name if isinstance(exc, kc.RemoteError) else type(exc).__name__
+        kind = exc.type_name.rsplit(".", 1)[-1] if isinstance(exc, kc.RemoteError) else ""
     except Exception as exc:  # a job whose evidence is gone: say what is known
-        text, kind = f"{state.status.value} ({state.reason}): {state.message}", _cannot_load(exc)
+        text = f"{state.status.value} ({state.reason}): {state.message}"
+        kind = f"not readable ({type(exc).__name__})"
     return {"kind": "error", "type": kind, "text": _truncate(text, 20000)}
-
-
-def _cannot_load(exc: BaseException) -> str:
-    return f"not loadable by the dashboard ({type(exc).__name__}: {str(exc)[:200]})"
-
-
-def _short_repr(value: Any) -> str:
-    """A bounded repr: a huge list or string is cut while it is built, not after."""
-    shorter = reprlib.Repr()
-    shorter.maxstring = shorter.maxother = RESULT_REPR_LIMIT
-    shorter.maxlist = shorter.maxtuple = shorter.maxdict = shorter.maxset = 50
-    shorter.maxlevel = 4
-    return _truncate(shorter.repr(value))
 
 
 def _truncate(text: str, limit: int = RESULT_REPR_LIMIT) -> str:

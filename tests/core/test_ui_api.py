@@ -257,7 +257,13 @@ def test_a_succeeded_job_page_shows_state_timeline_result_and_is_not_collected(
     assert 'id="cancel-job"' not in page.text  # read-only
     data = client.get(f"/api/jobs/{job_id}").json()
     assert data["state"]["status"] == "SUCCEEDED"
-    assert data["outcome"] == {"kind": "result", "available": True, "text": "42"}
+    assert data["outcome"] == {
+        "kind": "result",
+        "available": True,
+        "text": "42",
+        "type": "builtins.int",
+        "note": "",
+    }
     assert [t["status"] for t in data["history"]][-1] == "SUCCEEDED"
     assert data["target"]["backend"] == "local" and "signing_key" not in data["target"]
     # Viewing changed nothing: the result was not marked collected, it is still readable.
