@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from threading import Lock
 from typing import Any, BinaryIO
@@ -40,16 +40,35 @@ _RESULTS_KEPT = 256
 
 
 class NotFound(kc.KineticError):
-    """A path the dashboard refuses to serve (404): no such output file of the job."""
+    """A path the dashboard refuses to serve (404): no such output file of the job, or a
+    job or batch this request may not read (told as an unknown one is)."""
+
+
+#: Which jobs a request may read: given the request's ASGI scope, a test on a job's (or a
+#: batch's) tags. A provider that knows its users passes one to ``create_app`` (Airflow's
+#: plugin asks its auth manager per DAG); None: whoever reaches the dashboard reads all.
+MayRead = Callable[[Mapping[str, str]], bool]
+Readable = Callable[[Mapping[str, Any]], MayRead]
+
+
+def _everyone(tags: Mapping[str, str]) -> bool:
+    return True
 
 
 @dataclass
 class Reader:
-    """The storage root the dashboard reads, resolved once."""
+    """The storage root the dashboard reads, resolved once; ``may_read`` says which jobs
+    (by their tags) the request being answered may read."""
 
     target: kc.Target
     _results: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
     _lock: Lock = field(default_factory=Lock)
+    may_read: MayRead = _everyone
+
+    def seen_by(self, may_read: MayRead) -> Reader:
+        """This reader for one request's user (the cache of outcomes is shared: an
+        outcome is the same whoever reads it; who may read it is asked first)."""
+        return replace(self, may_read=may_read)
 
     @classmethod
     def of(cls, storage: str | None) -> Reader:
@@ -92,6 +111,7 @@ class Reader:
         more = len(handles) > limit
         handles = handles[:limit]
         older = f"{handles[-1].created_at - 1e-6:.6f}" if more and handles else None
+        handles = [h for h in handles if self.may_read(h.tags)]  # paging is the store's
         newer, page_end = None, _when(until)
         if page_end is not None:  # not the first page: a batch may be on a newer one
             newer = (Query.of(name=name or None, tags=tags or None), statuses, page_end)
@@ -129,7 +149,16 @@ class Reader:
         return rows
 
     def attach(self, job_id: str) -> kc.JobHandle:
-        return kc.attach(kc.validate_id(job_id), target=self.target)
+        """The job, if this request may read it; else the 404 of an unknown job."""
+        if self.may_read is _everyone:
+            return kc.attach(kc.validate_id(job_id), target=self.target)
+        try:
+            handle = kc.attach(kc.validate_id(job_id), target=self.target)
+        except kc.JobNotFound:
+            handle = None
+        if handle is None or not self.may_read(handle.tags):
+            raise kc.JobNotFound(_unknown("job", job_id))
+        return handle
 
     def job(self, job_id: str) -> dict[str, Any]:
         """Everything the job page shows (state, history, result or error, outputs,
@@ -238,10 +267,20 @@ class Reader:
     # ---- batches ------------------------------------------------------------------------
     def batches(self, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
         found = kc.list_batches(target=self.target, limit=limit)
-        return {"batches": [_batch_row(b, b.statuses()) for b in found]}
+        shown = [b for b in found if self.may_read(b.tags)]
+        return {"batches": [_batch_row(b, b.statuses()) for b in shown]}
 
     def attach_batch(self, group_id: str) -> kc.BatchHandle:
-        return kc.attach_batch(kc.validate_id(group_id, "group id"), target=self.target)
+        """The batch, if this request may read it; else the 404 of an unknown batch."""
+        if self.may_read is _everyone:
+            return kc.attach_batch(kc.validate_id(group_id, "group id"), target=self.target)
+        try:
+            batch = kc.attach_batch(kc.validate_id(group_id, "group id"), target=self.target)
+        except kc.JobNotFound:
+            batch = None
+        if batch is None or not self.may_read(batch.tags):
+            raise kc.JobNotFound(_unknown("batch", group_id))
+        return batch
 
     def batch(self, group_id: str) -> dict[str, Any]:
         """The batch's progress, every child's status and the failed children's errors."""
@@ -279,6 +318,7 @@ class Reader:
         handles = kc.list_jobs(
             since=_when(since), tags=tags or None, limit=MAX_LIMIT, target=self.target
         )
+        handles = [h for h in handles if self.may_read(h.tags)]
         days: dict[str, dict[str, float]] = {}
         by_tag: dict[str, dict[str, float]] = {}
         total = _zero()
@@ -414,6 +454,12 @@ def _batch_row(batch: kc.BatchHandle, statuses: list[kc.ChildStatus]) -> dict[st
         "done": done,
         "cancel_requested": batch.cancel_requested,
     }
+
+
+def _unknown(kind: str, name: str) -> str:
+    """What a request is told of a job or batch it may not read: what an unknown one's
+    404 says, so a page does not tell which ids exist."""
+    return f"No {kind} {name!r} here that you may read."
 
 
 def _links(handle: kc.JobHandle) -> dict[str, str]:
