@@ -241,7 +241,7 @@ def _error_handler(dashboard: Dashboard) -> Callable[[Request, Exception], Await
         status = _status_of(exc)
         if "/api/" in request.url.path:
             return JSONResponse({"error": str(exc), "type": type(exc).__name__}, status)
-        body = pages.not_found(str(exc)) if status == 404 else f"<p>{pages.esc(exc)}</p>"
+        body = pages.not_found(str(exc)) if status == 404 else f"<p>{pages.text(exc)}</p>"
         html = pages.page(dashboard.base(request), "Error", body, view="error", data={})
         return HTMLResponse(html, status_code=status)
 

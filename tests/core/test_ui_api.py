@@ -27,7 +27,7 @@ from kinetic_core.jobs.handle import JobHandle
 from kinetic_core.records import layout
 from kinetic_core.storage import open_storage
 from kinetic_core.ui import create_app, is_loopback, prepare, url_of
-from kinetic_core.ui.auth import COOKIE, LoopbackHosts
+from kinetic_core.ui.auth import LoopbackHosts, cookie_name
 from tests.cleanup import kill_leftovers
 from tests.core import batch_helpers, jobfns
 from tests.core.slice_runs import COUNT, lines_of, register, run_slice
@@ -424,7 +424,7 @@ def test_the_token_in_the_url_sets_a_strict_http_only_cookie(store: Store) -> No
     first = client.get(f"/?token={TOKEN}&status=FAILED", follow_redirects=False)
     assert first.status_code == 303 and first.headers["location"] == "/?status=FAILED"
     cookie = first.headers["set-cookie"]
-    assert cookie.startswith(f"{COOKIE}={TOKEN}")
+    assert cookie.startswith(f"{cookie_name(TOKEN)}=") and TOKEN not in cookie
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     assert client.get("/api/jobs").status_code == 200  # the cookie carries on
     assert client.get("/").status_code == 200

@@ -38,6 +38,12 @@
     return node;
   }
 
+  // text a job wrote, isolated: a right-to-left override in it turns nothing around it
+  function bidi(text) { return el("bdi", {}, text); }
+
+  // a tooltip cannot hold a <bdi>: drop the direction controls from text a job wrote
+  function unbidi(text) { return String(text).replace(/[\u202a-\u202e\u2066-\u2069]/g, ""); }
+
   function badge(status) { return el("span", { "class": "badge s-" + status }, status); }
 
   function ago(iso) {
@@ -71,7 +77,7 @@
   function jobRow(job) {
     var tr = el("tr", { "data-job-id": job.job_id, "data-status": job.status });
     var link = el("a", { href: BASE + "/jobs/" + encodeURIComponent(job.job_id) }, job.job_id);
-    var cells = [link, job.name, badge(job.status), job.reason || "",
+    var cells = [link, bidi(job.name), badge(job.status), bidi(job.reason || ""),
       el("time", { datetime: job.created_at || "" }, job.created_at || ""), job.attempt];
     cells.forEach(function (c) {
       var td = el("td");
@@ -80,7 +86,7 @@
     });
     var tags = el("td");
     Object.keys(job.tags || {}).forEach(function (k) {
-      tags.appendChild(el("span", { "class": "tag" }, k + "=" + job.tags[k]));
+      tags.appendChild(el("span", { "class": "tag" })).appendChild(bidi(k + "=" + job.tags[k]));
       tags.appendChild(document.createTextNode(" "));
     });
     tr.appendChild(tags);
@@ -104,7 +110,8 @@
     var tr = el("tr", { "data-batch-id": batch.batch_id, "class": "batch-row" });
     var link = el("a", { href: BASE + "/batches/" + encodeURIComponent(batch.batch_id) },
       batch.batch_id);
-    var name = el("td", {}, batch.name);
+    var name = el("td");
+    name.appendChild(bidi(batch.name));
     name.appendChild(document.createTextNode(" "));
     name.appendChild(el("span", { "class": "kind" }, "batch"));
     [link, name, progressBar(batch), batch.done + "/" + batch.total + " done",
@@ -117,7 +124,7 @@
       });
     var tags = el("td");
     Object.keys(batch.tags || {}).forEach(function (k) {
-      tags.appendChild(el("span", { "class": "tag" }, k + "=" + batch.tags[k]));
+      tags.appendChild(el("span", { "class": "tag" })).appendChild(bidi(k + "=" + batch.tags[k]));
       tags.appendChild(document.createTextNode(" "));
     });
     tr.appendChild(tags);
@@ -167,7 +174,7 @@
         fill: COLORS[t.status] || "#999", "data-status": t.status, "data-attempt": t.attempt
       });
       rect.appendChild(svgEl("title", {}, "attempt " + t.attempt + ": " + t.status +
-        (t.reason ? " (" + t.reason + ")" : "") + " at " + t.at +
+        (t.reason ? " (" + unbidi(t.reason) + ")" : "") + " at " + t.at +
         (t.duration ? " for " + t.duration.toFixed(1) + "s" : "")));
       svg.appendChild(rect);
     });
@@ -283,9 +290,15 @@
     var state = document.getElementById("job-state");
     if (state) {
       state.setAttribute("data-status", job.state.status);
-      var detail = [job.state.reason, job.state.message].filter(Boolean).join(" · ");
-      if (job.state.exit_code !== null && job.state.exit_code !== undefined) { detail += " · exit code " + job.state.exit_code; }
-      state.replaceChildren(badge(job.state.status), document.createTextNode(" "), el("span", { "class": "reason" }, detail));
+      var detail = el("span", { "class": "reason" });
+      [job.state.reason, job.state.message].filter(Boolean).forEach(function (part, i) {
+        if (i) { detail.appendChild(document.createTextNode(" · ")); }
+        detail.appendChild(bidi(part));
+      });
+      if (job.state.exit_code !== null && job.state.exit_code !== undefined) {
+        detail.appendChild(document.createTextNode(" · exit code " + job.state.exit_code));
+      }
+      state.replaceChildren(badge(job.state.status), document.createTextNode(" "), detail);
     }
     drawTimeline(job.history, document.getElementById("timeline"));
     var chart = document.getElementById("usage-chart");
