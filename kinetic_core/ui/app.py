@@ -95,7 +95,8 @@ class Dashboard:
     def batch_page(self, request: Request) -> Response:
         batch = self.reader_for(request).batch(request.path_params["group_id"])
         body = pages.batch_page(self.base(request), batch, self.allow_actions)
-        return self._html(request, batch["name"], body, "batch", {"group_id": batch["group_id"]})
+        data = {"group_id": batch["group_id"], "finished": batch["done"] >= batch["total"]}
+        return self._html(request, batch["name"], body, "batch", data)
 
     def usage_page(self, request: Request) -> Response:
         filters = {

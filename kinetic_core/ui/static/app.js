@@ -378,6 +378,9 @@
     var groupId = PAGE.group_id;
     if (!groupId) { return; }
     action("cancel-batch", "/api/batches/" + encodeURIComponent(groupId) + "/cancel");
+    // a finished batch changes no more: nothing to follow (a reload would close what the
+    // reader opened); one that finishes while open is reloaded once, finished
+    if (PAGE.finished) { return; }
     every(function () {
       return api("/api/batches/" + encodeURIComponent(groupId)).then(function (b) {
         var bar = document.getElementById("batch-progress");
