@@ -203,8 +203,13 @@ def usage_html(usage: dict[str, Any] | None) -> str:
     rows = "".join(
         f"<tr><th>{esc(k.replace('_', ' '))}</th><td>{esc(_num(v))}</td></tr>"
         for k, v in usage.items()
-        if not isinstance(v, dict | list)
+        if v is not None and not isinstance(v, dict | list)
     )
+    if usage.get("cost") is None:  # say why there is no cost, and how to have one
+        rows += (
+            "<tr><th>cost</th><td class='empty'>no price table is set: give one as "
+            "Target(prices=...) or KINETIC_PRICES (see the usage docs)</td></tr>"
+        )
     return f'<table class="kv">{rows}</table>'
 
 

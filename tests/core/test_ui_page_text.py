@@ -1,6 +1,7 @@
-"""A job's own text cannot turn the page's text around (issue 33): an unterminated
-right-to-left override in a name, message, tag or description is isolated (``<bdi>``),
-so the words after it ("exit code 1") read as written."""
+"""What the pages say reads true and as written (issue 33): a job's own text cannot turn
+the page's text around (an unterminated right-to-left override in a name, message, tag or
+description is isolated with ``<bdi>``, so "exit code 1" after it reads as written), and a
+job with no price table says so rather than "cost None"."""
 
 from __future__ import annotations
 
@@ -39,3 +40,13 @@ def test_user_text_is_isolated_on_the_jobs_and_job_pages(storage_uri: str) -> No
         page = client.get(path).text
         assert RLO in html.unescape(page), path  # shown, not dropped
         assert RLO not in _shown_outside_isolation(page), path
+
+
+def test_a_job_without_a_price_table_says_so_not_cost_none(storage_uri: str) -> None:
+    """Issue 33, item 7: the usage table showed "cost None" and "currency None"."""
+    job = kc.submit(jobfns.add, (1, 2))
+    job.wait(timeout=60)
+    page = TestClient(create_app(storage_uri)).get(f"/jobs/{job.job_id}").text
+    usage = page.split('<div id="usage">', 1)[1].split("</div>", 1)[0]
+    assert "None" not in usage
+    assert "no price table is set" in usage and "KINETIC_PRICES" in usage
