@@ -65,6 +65,9 @@ class Dashboard:
             Route("/api/jobs", self.api_jobs),
             Route("/api/jobs/{job_id}", self.api_job),
             Route("/api/jobs/{job_id}/logs", self.api_logs),
+            Route("/api/jobs/{job_id}/logs/part", self.api_log_part),
+            Route("/api/jobs/{job_id}/logs/search", self.api_log_search),
+            Route("/api/jobs/{job_id}/logs/download", self.api_log_download),
             Route("/api/jobs/{job_id}/outputs/{path:path}", self.api_output),
             Route("/api/jobs/{job_id}/cancel", self.api_cancel_job, methods=["POST"]),
             Route("/api/batches", self.api_batches),
@@ -121,15 +124,46 @@ class Dashboard:
         return JSONResponse(self.reader_for(request).job(request.path_params["job_id"]))
 
     def api_logs(self, request: Request) -> Response:
-        worker = request.query_params.get("worker")
-        if worker not in (None, "") and not str(worker).isdigit():
-            raise kc.ConfigError(f"worker must be a whole number >= 0, got {worker!r}.")
         return JSONResponse(
             self.reader_for(request).logs(
                 request.path_params["job_id"],
                 request.query_params.get("cursor"),
-                int(worker) if worker else None,
+                _number(request, "worker"),
+                _number(request, "attempt"),
             )
+        )
+
+    def api_log_part(self, request: Request) -> Response:
+        which = request.query_params.get("part") or "last"
+        return JSONResponse(
+            self.reader_for(request).log_part(
+                request.path_params["job_id"],
+                _number(request, "attempt"),
+                _number(request, "worker"),
+                None if which == "last" else _number(request, "part"),
+                _number(request, "offset") or 0,
+            )
+        )
+
+    def api_log_search(self, request: Request) -> Response:
+        return JSONResponse(
+            self.reader_for(request).log_search(
+                request.path_params["job_id"],
+                _number(request, "attempt"),
+                _number(request, "worker"),
+                request.query_params.get("q") or "",
+            )
+        )
+
+    def api_log_download(self, request: Request) -> Response:
+        name, chunks = self.reader_for(request).log_download(
+            request.path_params["job_id"], _number(request, "attempt"), _number(request, "worker")
+        )
+        disposition = f"attachment; filename*=UTF-8''{quote(name)}"
+        return StreamingResponse(
+            chunks,
+            media_type="text/plain; charset=utf-8",
+            headers={"Content-Disposition": disposition, "X-Content-Type-Options": "nosniff"},
         )
 
     def api_output(self, request: Request) -> Response:
@@ -201,6 +235,16 @@ def _listing_args(filters: dict[str, Any]) -> dict[str, Any]:
         "limit": filters["limit"],
         "every_job": bool(filters["all"]),
     }
+
+
+def _number(request: Request, name: str) -> int | None:
+    """A whole-number query parameter (None when absent); ConfigError otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or len(raw) > 12:
+        raise kc.ConfigError(f"{name} must be a whole number >= 0, got {raw!r}.")
+    return int(raw)
 
 
 def _limit(request: Request) -> int:

@@ -157,15 +157,47 @@ def job_page(base: str, job: dict[str, Any], allow_actions: bool) -> str:
         f"<p>{text(job['description'])}</p></section>"
         '<h2>Timeline</h2><svg id="timeline" role="img" aria-label="state timeline" '
         'width="100%" height="90"></svg>'
-        f'<h2>Logs</h2><div class="logbar">{workers}'
-        '<label><input type="checkbox" id="follow" checked> follow</label></div>'
-        '<pre id="logs"></pre>'
+        f"<h2>Logs</h2>{log_html(base, job, workers)}"
         f'<h2>Outcome</h2><div id="outcome">{outcome_html(job["outcome"])}</div>'
         f'<h2>Outputs</h2><div id="outputs">{outputs_html(base, job)}</div>'
         f'<h2>Usage</h2><div id="usage">{usage_html(job["usage"])}</div>'
         '<svg id="usage-chart" role="img" aria-label="chip-hours" width="100%" height="40"></svg>'
         f'<h2>Links</h2><div id="links">{links_html(job["links"])}</div>'
         f"<h2>Details</h2>{details_html(job)}"
+    )
+
+
+def attempts_select(job: dict[str, Any]) -> str:
+    """The attempt whose log is shown: the latest (followed across a recovery) or one
+    picked; hidden until the job has a second attempt."""
+    attempts = job.get("attempts") or []
+    latest = attempts[-1]["attempt"] if attempts else 1
+    options = f'<option value="" selected>latest (attempt {esc(latest)})</option>' + "".join(
+        f'<option value="{esc(a["attempt"])}" data-attempt-option="{esc(a["attempt"])}">'
+        f"attempt {esc(a['attempt'])}</option>"
+        for a in attempts
+    )
+    hidden = "" if len(attempts) > 1 else " hidden"
+    return f'<select id="attempt-select"{hidden}>{options}</select>'
+
+
+def log_html(base: str, job: dict[str, Any], workers: str) -> str:
+    """The log box and its bar: the attempt and worker, follow, timestamps (shown once the
+    log has them), search, download, and the buttons that page through it (app.js)."""
+    download = f"{base}/api/jobs/{quote(job['job_id'])}/logs/download"
+    return (
+        f'<div class="logbar">{attempts_select(job)}{workers}'
+        '<label><input type="checkbox" id="follow" checked> follow</label>'
+        '<label id="times-toggle" hidden><input type="checkbox" id="log-times" checked> '
+        "timestamps</label>"
+        '<form id="log-search-form" class="log-search" role="search">'
+        '<input id="log-search" type="search" placeholder="search the whole log" maxlength="200">'
+        '<button type="submit">Search</button></form>'
+        f'<a id="log-download" href="{esc(download)}" download>download</a></div>'
+        '<ol id="log-hits" hidden></ol>'
+        '<button id="log-earlier" type="button" hidden>Load earlier</button>'
+        '<pre id="logs"></pre>'
+        '<button id="log-later" type="button" hidden>Jump to the end</button>'
     )
 
 

@@ -22,6 +22,8 @@ from threading import Lock
 from typing import Any, BinaryIO
 
 import kinetic_core as kc
+import kinetic_core.ui.attempts as attempts_of
+import kinetic_core.ui.logview as logview
 from kinetic_core.data import outputs
 from kinetic_core.jobs.listing import INTERNAL_TAG_PREFIX, Query
 from kinetic_core.storage import Storage, open_storage
@@ -35,6 +37,8 @@ MAX_LIMIT = 1000
 DEFAULT_LIMIT = 50
 #: Longest log cursor accepted from a client (a merged cursor is small JSON).
 CURSOR_LIMIT = 8192
+#: Empty pages (every row shown on another) passed over to reach one with a row.
+_EMPTY_PAGES_SKIPPED = 20
 #: Results of finished jobs kept in memory: a terminal job's result never changes.
 _RESULTS_KEPT = 256
 
@@ -63,6 +67,7 @@ class Reader:
     target: kc.Target
     _results: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
     _lock: Lock = field(default_factory=Lock)
+    _logs: logview.LogIndexes = field(default_factory=logview.LogIndexes)
     may_read: MayRead = _everyone
 
     def seen_by(self, may_read: MayRead) -> Reader:
@@ -97,7 +102,28 @@ class Reader:
         ``every_job``) a batch with its progress, in the place of its newest member that
         matches the filters (its children and its driver job are not rows then, as in
         ``kinetic jobs list``). ``next_until`` is the ``until`` of the next (older) page,
-        None on the last."""
+        None on the last. A page whose every job is shown elsewhere (a batch on a newer
+        page, a recovery's attempt where its first is) is skipped: no empty page."""
+        args: dict[str, Any] = {"statuses": statuses, "tags": tags, "name": name}
+        args |= {"since": since, "limit": limit, "every_job": every_job}
+        page = self._page(**args, until=until)
+        skipped = 0
+        while not page["jobs"] and page["next_until"] and skipped < _EMPTY_PAGES_SKIPPED:
+            page = self._page(**args, until=page["next_until"])
+            skipped += 1
+        return page
+
+    def _page(
+        self,
+        *,
+        statuses: list[str] | None,
+        tags: dict[str, str] | None,
+        name: str | None,
+        since: str | None,
+        until: str | None,
+        limit: int,
+        every_job: bool,
+    ) -> dict[str, Any]:
         handles = kc.list_jobs(
             statuses=statuses or None,
             tags=tags or None,
@@ -115,6 +141,7 @@ class Reader:
         newer, page_end = None, _when(until)
         if page_end is not None:  # not the first page: a batch may be on a newer one
             newer = (Query.of(name=name or None, tags=tags or None), statuses, page_end)
+        handles = self._first_attempts(handles)
         batches = {} if every_job else self._batches_of(handles, newer)
         alone = [h for h in handles if h.job_id not in batches]
         resolved = kc.resolve_states(alone) if alone else []
@@ -125,6 +152,12 @@ class Reader:
         ]
         shown = [r for r in rows if r is not None]
         return {"jobs": shown, "count": len(shown), "next_until": older}
+
+    def _first_attempts(self, handles: list[kc.JobHandle]) -> list[kc.JobHandle]:
+        """One handle per job: its first attempt's (the id Airflow and Prefect link to),
+        listed where that attempt was created; the attempts a recovery started are no
+        rows (the oldest attempt left stands for a job whose first was cleaned up)."""
+        return [h for h in handles if attempts_of.first_attempt(h, self.target) is h]
 
     def _batches_of(
         self, handles: list[kc.JobHandle], newer: _Newer | None
@@ -165,9 +198,13 @@ class Reader:
         usage, links); what cannot be read is left empty, never an error page."""
         handle = self.attach(job_id)
         state = handle.state()
-        newest = handle if state.job_id == handle.job_id else self.attach(state.job_id)
+        chain = attempts_of.chain(handle, state, self.target)
+        newest = chain[-1]
+        first = chain[0]
         return {
-            **_job_row(handle, state),
+            **_job_row(first, state),
+            "opened_as": handle.job_id,
+            "attempts": attempts_of.described(chain),
             "description": handle.description,
             "idempotency_key": handle.idempotency_key,
             "workers": handle.workers,
@@ -239,14 +276,83 @@ class Reader:
         return os.path.basename(path), _chunks(where.storage, key)
 
     # ---- logs ---------------------------------------------------------------------------
-    def logs(self, job_id: str, cursor: str | None, worker: int | None) -> dict[str, Any]:
-        """Log text after ``cursor`` and the next cursor (``JobHandle.read_logs``), and
-        whether the job has ended (the client stops following once ``done`` and empty)."""
-        if cursor is not None and len(cursor) > CURSOR_LIMIT:
-            raise kc.ConfigError("cursor is too long: pass the cursor a read returned.")
+    def _attempt(
+        self, job_id: str, attempt: int | None
+    ) -> tuple[kc.JobHandle, list[kc.JobHandle], kc.JobState]:
+        """(the attempt asked for, every attempt, the job's state): attempt ``attempt``
+        of the job (None: its newest)."""
         handle = self.attach(job_id)
         state = handle.state()
-        done = state.terminal
+        chain = attempts_of.chain(handle, state, self.target)
+        return attempts_of.pick(chain, attempt), chain, state
+
+    def _log_facts(
+        self, picked: kc.JobHandle, chain: list[kc.JobHandle], state: kc.JobState
+    ) -> dict[str, Any]:
+        """What a log answer says of the attempt read: which, of how many, ended or not
+        (an attempt a recovery followed has ended)."""
+        newest = chain[-1]
+        return {
+            "job_id": picked.job_id,
+            "attempt": picked.attempt,
+            "latest": newest.attempt,
+            "attempts": attempts_of.described(chain),
+            "workers": picked.workers,
+            "status": state.status.value,
+            "done": picked.job_id != newest.job_id or state.terminal,
+        }
+
+    def _reader(self, handle: kc.JobHandle, worker: int | None) -> logview.Read:
+        def read(cursor: str | None) -> tuple[str, str | None]:
+            return handle.read_logs(cursor, worker=worker)
+
+        return read
+
+    def log_part(
+        self, job_id: str, attempt: int | None, worker: int | None, part: int | None, offset: int
+    ) -> dict[str, Any]:
+        """Part ``part`` (None: the last) of an attempt's log from character ``offset``
+        (``logview``): the page opens on the tail and loads earlier parts on demand."""
+        picked, chain, state = self._attempt(job_id, attempt)
+        _check_worker(picked, worker)
+        index = self._logs.of((self.storage_uri, picked.job_id, worker))
+        try:
+            answer = logview.part(index, self._reader(picked, worker), part, offset)
+        except IndexError as exc:
+            raise kc.ConfigError(str(exc)) from None
+        return {**self._log_facts(picked, chain, state), "worker": worker, **answer}
+
+    def log_search(
+        self, job_id: str, attempt: int | None, worker: int | None, query: str
+    ) -> dict[str, Any]:
+        """The lines of an attempt's log holding ``query`` (any case), by part."""
+        if not query or len(query) > logview.QUERY_LIMIT:
+            raise kc.ConfigError(f"q must be 1 to {logview.QUERY_LIMIT} characters of text.")
+        picked, chain, state = self._attempt(job_id, attempt)
+        _check_worker(picked, worker)
+        index = self._logs.of((self.storage_uri, picked.job_id, worker))
+        found = logview.search(index, self._reader(picked, worker), query)
+        return {**self._log_facts(picked, chain, state), "query": query, **found}
+
+    def log_download(
+        self, job_id: str, attempt: int | None, worker: int | None
+    ) -> tuple[str, Iterator[bytes]]:
+        """(file name, chunks) of an attempt's whole log as it is now."""
+        picked, _, _ = self._attempt(job_id, attempt)
+        _check_worker(picked, worker)
+        name = f"{picked.job_id}" + (f"-worker{worker}" if worker is not None else "") + ".log"
+        return name, logview.stream(self._reader(picked, worker))
+
+    def logs(
+        self, job_id: str, cursor: str | None, worker: int | None, attempt: int | None = None
+    ) -> dict[str, Any]:
+        """Log text after ``cursor`` and the next cursor (``JobHandle.read_logs``) of
+        attempt ``attempt`` (None: the newest), and whether that attempt has ended (the
+        client stops following once ``done`` and empty)."""
+        if cursor is not None and len(cursor) > CURSOR_LIMIT:
+            raise kc.ConfigError("cursor is too long: pass the cursor a read returned.")
+        handle, chain, state = self._attempt(job_id, attempt)
+        done = handle.job_id != chain[-1].job_id or state.terminal
         try:
             text, after = handle.read_logs(cursor or None, worker=worker)
         except (ValueError, OSError) as exc:
@@ -256,6 +362,7 @@ class Reader:
             ) from None
         return {
             "job_id": handle.job_id,
+            "attempt": handle.attempt,
             "text": text,
             "cursor": after,
             "worker": worker,
@@ -454,6 +561,13 @@ def _batch_row(batch: kc.BatchHandle, statuses: list[kc.ChildStatus]) -> dict[st
         "done": done,
         "cancel_requested": batch.cancel_requested,
     }
+
+
+def _check_worker(handle: kc.JobHandle, worker: int | None) -> None:
+    if worker is not None and not 0 <= worker < handle.workers:
+        raise kc.ConfigError(
+            f"worker must be from 0 to {handle.workers - 1} for job {handle.job_id}, got {worker}."
+        )
 
 
 def _unknown(kind: str, name: str) -> str:
