@@ -57,6 +57,8 @@ _EXPORTS = {
     "describe_failure": "kinetic_core.jobs.failures",
     "describe_batch_failure": "kinetic_core.jobs.failures",
     "failure_of": "kinetic_core.jobs.failures",
+    "failure_data": "kinetic_core.jobs.failures",
+    "Preview": "kinetic_core.records.preview",
     "job_links": "kinetic_core.jobs.links",
     "LINK_KINDS": "kinetic_core.jobs.links",
     "cancel_on_termination": "kinetic_core.ops.termination",
@@ -190,7 +192,12 @@ if TYPE_CHECKING:
         SubmissionRefused,
         WaitTimeout,
     )
-    from kinetic_core.jobs.failures import describe_batch_failure, describe_failure, failure_of
+    from kinetic_core.jobs.failures import (
+        describe_batch_failure,
+        describe_failure,
+        failure_data,
+        failure_of,
+    )
     from kinetic_core.jobs.handle import JobHandle, attach
     from kinetic_core.jobs.links import LINK_KINDS, job_links
     from kinetic_core.jobs.listing import (
@@ -206,6 +213,7 @@ if TYPE_CHECKING:
     from kinetic_core.ops.gc import GcReport, acollect_garbage, collect_garbage
     from kinetic_core.ops.termination import cancel_on_termination, install_termination_handler
     from kinetic_core.records.history import Transition
+    from kinetic_core.records.preview import Preview
     from kinetic_core.runtime.notice import on_preemption, preempted
     from kinetic_core.runtime.signals import SignalAck, SignalRequest
     from kinetic_core.runtime.telemetry import GpuSample, JobTop, WorkerSample

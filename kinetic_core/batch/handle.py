@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-import traceback
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +22,7 @@ from kinetic_core.config.target import positive_seconds
 from kinetic_core.control.polling import Until, poll_ticks
 from kinetic_core.control.resolution import resolve_states
 from kinetic_core.errors import BatchError, JobCancelled, JobStillRunning, ResultNotAvailable
+from kinetic_core.jobs.failures import exception_text, failure_data
 from kinetic_core.jobs.handle import JobHandle
 from kinetic_core.records import layout
 from kinetic_core.states import ChildStatus, JobState, JobStatus, timestamp
@@ -40,7 +40,7 @@ REPORT_LOG_LINES = 20
 
 def child_report(job: JobHandle, exc: BaseException) -> str:
     """A failed child's remote exception (with its traceback) and the tail of its log."""
-    text = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+    text = exception_text(exc)
     try:
         tail = job.logs(tail=REPORT_LOG_LINES).rstrip()
     except Exception:
@@ -251,15 +251,12 @@ class BatchHandle:
 
     def failure_reports(self, failed: list[FailedChild]) -> dict[int, str]:
         """Per failed child (the first few): remote exception, traceback and log tail,
-        as ``BatchError.reports`` carries them."""
+        as ``BatchError.reports`` carries them, read as data (``failure_data``): showing a
+        failure never unpickles what the job wrote."""
         reports = {}
         for child in [f for f in failed if f.job is not None][:REPORTED_CHILDREN]:
             assert child.job is not None
-            try:
-                child.job.result(cleanup=False, timeout=30)
-                continue
-            except Exception as exc:
-                reports[child.index] = child_report(child.job, exc)
+            reports[child.index] = child_report(child.job, failure_data(child.job))
         return reports
 
     def to_json(self) -> str:

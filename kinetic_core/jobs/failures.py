@@ -4,6 +4,11 @@ Used by the CLI and by the orchestrator providers, so a failure reads the same i
 terminal, an Airflow task log and a Prefect run: the job's status and reason, the remote
 exception with its traceback, and the tail of the job's log. A multi-host job's failure
 names the worker that raised it and shows that worker's log.
+
+To show a failure, ``failure_data`` reads what the runner wrote for viewing (type name,
+message, traceback text) and never unpickles: the job wrote its exception, and loading it
+runs the job's code. ``failure_of`` loads the exception itself, for a caller that wants to
+re-raise it in its own process.
 """
 
 from __future__ import annotations
@@ -14,12 +19,15 @@ from typing import Any
 
 from kinetic_core.errors import BatchError, JobFailed, RemoteError
 from kinetic_core.jobs.handle import JobHandle
+from kinetic_core.records.preview import Preview
 
 __all__ = [
     "LOG_TAIL_LINES",
     "describe_batch_failure",
     "describe_failure",
+    "exception_text",
     "failed_worker",
+    "failure_data",
     "failure_of",
 ]
 
@@ -49,7 +57,7 @@ def describe_failure(handle: JobHandle, exc: BaseException, log_tail: str | None
             head += f": {state.message}"
     # format_exception_only includes __notes__ (the remote traceback of rebuilt
     # exceptions); RemoteError carries it in its message.
-    parts = [head, "".join(traceback.format_exception_only(type(exc), exc)).rstrip()]
+    parts = [head, exception_text(exc)]
     if log_tail is None:
         log_tail = getattr(exc, "log_tail", None) or _tail(handle, worker)
     if log_tail:  # the runner also logged the remote traceback: show it once
@@ -61,7 +69,9 @@ def describe_failure(handle: JobHandle, exc: BaseException, log_tail: str | None
 
 
 def failure_of(job: JobHandle, fallback: BaseException | None = None) -> BaseException:
-    """The remote exception of a failed job (its result is kept), or ``fallback``."""
+    """The remote exception of a failed job, unpickled here (its result is kept), or
+    ``fallback``. Unpickling runs the job's code in this process: to show a failure, use
+    ``failure_data``."""
     try:
         job.result(timeout=10, cleanup=False)
     except Exception as exc:
@@ -71,15 +81,48 @@ def failure_of(job: JobHandle, fallback: BaseException | None = None) -> BaseExc
     return JobFailed(f"Job {job.job_id} reported as failed")
 
 
+def failure_data(job: JobHandle, fallback: BaseException | None = None) -> BaseException:
+    """The failure of a failed job as data, never unpickled: a ``RemoteError`` with the
+    exception's type name, message and traceback text as the runner wrote them for viewing
+    (``JobHandle.preview``). Where there are none (the job wrote no result, an older
+    version wrote it), ``fallback``, else a ``JobFailed`` saying what is known."""
+    try:
+        shown = job.preview()
+    except Exception:  # a viewer says what it knows, never fails on missing evidence
+        shown = None
+    if shown is not None and shown.available and not shown.success:
+        return _remote_error(shown)
+    if fallback is not None:
+        return fallback
+    why = f": {shown.note}" if shown is not None and shown.note else ""
+    return JobFailed(f"Job {job.job_id} failed{why}")
+
+
+def _remote_error(shown: Preview) -> RemoteError:
+    error = RemoteError(shown.type_name, shown.text, shown.traceback, shown.phase)
+    if shown.worker is not None:
+        error.kinetic_worker = shown.worker  # type: ignore[attr-defined]
+    return error
+
+
 def describe_batch_failure(exc: BatchError) -> str:
-    """The batch summary, each failed child described, unsubmitted inputs and partial results."""
+    """The batch summary, each failed child described, unsubmitted inputs and partial
+    results (each failure read as data: see ``failure_data``)."""
     lines = [f"{exc}"]
     for job in exc.failures:
-        lines.append(describe_failure(job, failure_of(job)))
+        lines.append(describe_failure(job, failure_data(job)))
     for index, err in exc.submission_failures.items():
         lines.append(f"input {index}: not submitted: {err}")
     lines.append(f"partial results (None where failed): {exc.partial_results!r}")
     return "\n".join(lines)
+
+
+def exception_text(exc: BaseException) -> str:
+    """``Type: message`` and the remote traceback; a failure read as data (RemoteError) by
+    the remote type's name, not by RemoteError's."""
+    if isinstance(exc, RemoteError):
+        return str(exc).rstrip()
+    return "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
 
 
 def _remote_traceback(exc: BaseException) -> str:

@@ -61,6 +61,7 @@ from kinetic_core.records import layout
 from kinetic_core.records.envelope import load_envelope, rebuild_exception
 from kinetic_core.records.history import Transition, transitions
 from kinetic_core.records.lifecycle import decide, read_outcome, try_write_record
+from kinetic_core.records.preview import Preview, shown
 from kinetic_core.runtime import signals, telemetry
 from kinetic_core.states import JobState, JobStatus, Reason
 from kinetic_core.storage import Storage, open_storage
@@ -335,6 +336,18 @@ class JobHandle:
         if state.job_id == self.job_id:
             return self
         return load_handle(self._storage(), state.job_id, self._key)
+
+    def preview(self, state: JobState | None = None) -> Preview | None:
+        """What a viewer shows of the job's outcome, never unpickled: a bounded repr of its
+        value, or its failure as data (type name, message, traceback), written by the
+        runner; a ``Preview`` that only says why where there is none (an older version
+        wrote it, or it was collected); None before an outcome is stored. ``state``: the
+        job's state if read already (the newest attempt holds the outcome). Loading the
+        value itself runs the job's code: only ``result()`` does that."""
+        state = state or self.state()
+        return shown(self._storage(), state.job_id)
+
+    apreview = in_thread(preview)
 
     def logs(self, tail: int | None = None, *, worker: int | None = None) -> str:
         """The job's output, or its last ``tail`` lines (of each worker). A multi-host job:

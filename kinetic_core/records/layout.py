@@ -9,6 +9,8 @@ jobs/{job_id}/outcome.json       how the job ended, create-only: the first decid
 jobs/{job_id}/stop.json          (read only: the stop marker of older versions)
 jobs/{job_id}/collected.json     the result was delivered
 jobs/{job_id}/result.pkl         result envelope, create-only
+jobs/{job_id}/preview.json       create-only, beside the result: what viewers read of it (a
+                                 bounded repr of the value, or the failure as data; preview.py)
 jobs/{job_id}/output.log         the job's log, kept once the backend deletes its own copy
 jobs/{job_id}/logs/{worker}/stream.json    the runner's log stream: started_ns, chunk size, ended_ns
 jobs/{job_id}/logs/{worker}/{seq:08d}.log  its bytes in chunks of exactly the chunk size (the
@@ -64,6 +66,7 @@ INDEX_COMPLETE = "index/complete.json"
 HANDLE = "handle.json"
 PAYLOAD = "payload.pkl"
 RESULT = "result.pkl"
+PREVIEW = "preview.json"  # what a viewer reads instead of unpickling the result
 STARTED = "started.json"
 FINISHED = "finished.json"
 STOP = "stop.json"  # written by older versions; read as evidence
@@ -80,8 +83,9 @@ LOG_STREAM = "stream.json"
 SIGNALS = "signals"
 SIGNAL_ACKS = "signal-acks"
 TELEMETRY = "telemetry"
-# What cleanup(storage=True) deletes: the envelopes. The records stay as a tombstone.
-ENVELOPES = (PAYLOAD, RESULT)
+# What cleanup(storage=True) deletes: the envelopes, and the preview of the result (it shows
+# the value: it goes with it). The records stay as a tombstone.
+ENVELOPES = (PAYLOAD, RESULT, PREVIEW)
 
 # Batch state markers.
 SUBMISSION_COMPLETE = "submission_complete"

@@ -316,6 +316,7 @@ def _store(
         body = failure_body(exc, phase="store", traceback_text=traceback.format_exc())
         print(body["traceback"], file=sys.stderr, flush=True)
         write(body)
+    _preview(storage, job_id, body)  # before the outcome: a viewer that reads it finds this
     summary = {
         "success": body["success"],
         "phase": body["phase"],
@@ -342,6 +343,17 @@ def _store(
             file=sys.stderr,
         )
     write_record(storage, job_id, layout.FINISHED, event="finished", **summary)
+
+
+def _preview(storage: Storage, job_id: str, body: dict[str, Any]) -> None:
+    """What viewers read instead of the result pickle (``records/preview.py``): made here,
+    in the job, bounded in size and time. Never in the way of recording the outcome."""
+    from kinetic_core.records import preview
+
+    try:
+        preview.write(storage, job_id, preview.of_body(body))
+    except Exception as exc:  # viewers then say there is no preview
+        print(f"kinetic: no preview of the result of {job_id}: {exc}", file=sys.stderr)
 
 
 def _error_line(body: dict[str, Any]) -> str:

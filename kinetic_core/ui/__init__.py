@@ -17,6 +17,8 @@ import kinetic_core as kc
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
+    from kinetic_core.ui.views import Readable
+
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "create_app", "dashboard_app", "is_loopback", "serve"]
 
 DEFAULT_HOST = "127.0.0.1"
@@ -40,21 +42,32 @@ def create_app(
     token: str | None = None,
     allow_actions: bool = False,
     root_path: str = "",
+    readable: Readable | None = None,
 ) -> Starlette:
     """The dashboard over ``storage`` (None: the resolved Target's storage root).
 
     ``token``: every request must carry it (Bearer header, or the cookie a first visit
     with ``?token=`` sets). ``allow_actions``: the cancel buttons and POST endpoints
     work (else 403). ``root_path``: the prefix the app is mounted under, used in every
-    link the pages render."""
+    link the pages render. ``readable``: which jobs each request may read (see
+    ``Readable``); a job it may not read is left out of every list and total, and its
+    pages answer 404 as an unknown job's do."""
     _require_extra()
     if token is not None and (not isinstance(token, str) or len(token) < 8):
         raise kc.ConfigError("token must be a string of at least 8 characters (or None).")
     if root_path and (not root_path.startswith("/") or "//" in root_path):
         raise kc.ConfigError(f"root_path must be a path such as /kinetic, got {root_path!r}.")
+    if readable is not None and not callable(readable):
+        raise kc.ConfigError("readable must be a function of a request's scope (or None).")
     from kinetic_core.ui.app import build
 
-    return build(storage, token=token, allow_actions=allow_actions, root_path=root_path)
+    return build(
+        storage,
+        token=token,
+        allow_actions=allow_actions,
+        root_path=root_path,
+        readable=readable,
+    )
 
 
 def is_loopback(host: str) -> bool:

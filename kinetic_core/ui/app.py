@@ -22,19 +22,34 @@ from starlette.staticfiles import StaticFiles
 import kinetic_core as kc
 import kinetic_core.ui.pages as pages
 from kinetic_core.ui.auth import TokenGate, action_allowed
-from kinetic_core.ui.views import DEFAULT_LIMIT, MAX_LIMIT, NotFound, Reader
+from kinetic_core.ui.views import DEFAULT_LIMIT, MAX_LIMIT, NotFound, Readable, Reader
 
 STATIC = Path(__file__).parent / "static"
 Endpoint = Callable[[Request], Response]
 
 
 class Dashboard:
-    """The routes over one ``Reader``; ``root_path`` prefixes every link it renders."""
+    """The routes over one ``Reader``; ``root_path`` prefixes every link it renders;
+    ``readable`` says which jobs each request may read (None: all)."""
 
-    def __init__(self, reader: Reader, *, allow_actions: bool, root_path: str) -> None:
-        self.reader = reader
+    def __init__(
+        self,
+        reader: Reader,
+        *,
+        allow_actions: bool,
+        root_path: str,
+        readable: Readable | None = None,
+    ) -> None:
+        self._reader = reader
         self.allow_actions = allow_actions
         self.root_path = root_path.rstrip("/")
+        self.readable = readable
+
+    def reader_for(self, request: Request) -> Reader:
+        """The reader as this request's user sees the store."""
+        if self.readable is None:
+            return self._reader
+        return self._reader.seen_by(self.readable(request.scope))
 
     def base(self, request: Request) -> str:
         """Where this app is mounted: the configured prefix, else the server's."""
@@ -50,6 +65,9 @@ class Dashboard:
             Route("/api/jobs", self.api_jobs),
             Route("/api/jobs/{job_id}", self.api_job),
             Route("/api/jobs/{job_id}/logs", self.api_logs),
+            Route("/api/jobs/{job_id}/logs/part", self.api_log_part),
+            Route("/api/jobs/{job_id}/logs/search", self.api_log_search),
+            Route("/api/jobs/{job_id}/logs/download", self.api_log_download),
             Route("/api/jobs/{job_id}/outputs/{path:path}", self.api_output),
             Route("/api/jobs/{job_id}/cancel", self.api_cancel_job, methods=["POST"]),
             Route("/api/batches", self.api_batches),
@@ -62,32 +80,33 @@ class Dashboard:
     # ---- pages ------------------------------------------------------------------------
     def jobs_page(self, request: Request) -> Response:
         filters = _job_filters(request)
-        listing = self.reader.jobs(**_listing_args(filters))
+        listing = self.reader_for(request).jobs(**_listing_args(filters))
         body = pages.jobs_page(self.base(request), listing, filters)
         return self._html(request, "Jobs", body, "jobs", {"filters": filters})
 
     def job_page(self, request: Request) -> Response:
-        job = self.reader.job(request.path_params["job_id"])
+        job = self.reader_for(request).job(request.path_params["job_id"])
         body = pages.job_page(self.base(request), job, self.allow_actions)
         data = {"job_id": job["job_id"], "workers": job["workers"], "job": job}
         return self._html(request, job["name"] or job["job_id"], body, "job", data)
 
     def batches_page(self, request: Request) -> Response:
-        listing = self.reader.batches(_limit(request))
+        listing = self.reader_for(request).batches(_limit(request))
         body = pages.batches_page(self.base(request), listing)
         return self._html(request, "Batches", body, "batches", {})
 
     def batch_page(self, request: Request) -> Response:
-        batch = self.reader.batch(request.path_params["group_id"])
+        batch = self.reader_for(request).batch(request.path_params["group_id"])
         body = pages.batch_page(self.base(request), batch, self.allow_actions)
-        return self._html(request, batch["name"], body, "batch", {"group_id": batch["group_id"]})
+        data = {"group_id": batch["group_id"], "finished": batch["done"] >= batch["total"]}
+        return self._html(request, batch["name"], body, "batch", data)
 
     def usage_page(self, request: Request) -> Response:
         filters = {
             "since": request.query_params.get("since") or "7d",
             "tag": request.query_params.get("tag") or "",
         }
-        usage = self.reader.usage(since=filters["since"], tags=_tags(filters["tag"]))
+        usage = self.reader_for(request).usage(since=filters["since"], tags=_tags(filters["tag"]))
         body = pages.usage_page(usage, filters)
         return self._html(request, "Usage", body, "usage", {"usage": usage, "filters": filters})
 
@@ -99,25 +118,56 @@ class Dashboard:
 
     # ---- JSON -------------------------------------------------------------------------
     def api_jobs(self, request: Request) -> Response:
-        return JSONResponse(self.reader.jobs(**_listing_args(_job_filters(request))))
+        return JSONResponse(self.reader_for(request).jobs(**_listing_args(_job_filters(request))))
 
     def api_job(self, request: Request) -> Response:
-        return JSONResponse(self.reader.job(request.path_params["job_id"]))
+        return JSONResponse(self.reader_for(request).job(request.path_params["job_id"]))
 
     def api_logs(self, request: Request) -> Response:
-        worker = request.query_params.get("worker")
-        if worker not in (None, "") and not str(worker).isdigit():
-            raise kc.ConfigError(f"worker must be a whole number >= 0, got {worker!r}.")
         return JSONResponse(
-            self.reader.logs(
+            self.reader_for(request).logs(
                 request.path_params["job_id"],
                 request.query_params.get("cursor"),
-                int(worker) if worker else None,
+                _number(request, "worker"),
+                _number(request, "attempt"),
             )
         )
 
+    def api_log_part(self, request: Request) -> Response:
+        which = request.query_params.get("part") or "last"
+        return JSONResponse(
+            self.reader_for(request).log_part(
+                request.path_params["job_id"],
+                _number(request, "attempt"),
+                _number(request, "worker"),
+                None if which == "last" else _number(request, "part"),
+                _number(request, "offset") or 0,
+            )
+        )
+
+    def api_log_search(self, request: Request) -> Response:
+        return JSONResponse(
+            self.reader_for(request).log_search(
+                request.path_params["job_id"],
+                _number(request, "attempt"),
+                _number(request, "worker"),
+                request.query_params.get("q") or "",
+            )
+        )
+
+    def api_log_download(self, request: Request) -> Response:
+        name, chunks = self.reader_for(request).log_download(
+            request.path_params["job_id"], _number(request, "attempt"), _number(request, "worker")
+        )
+        disposition = f"attachment; filename*=UTF-8''{quote(name)}"
+        return StreamingResponse(
+            chunks,
+            media_type="text/plain; charset=utf-8",
+            headers={"Content-Disposition": disposition, "X-Content-Type-Options": "nosniff"},
+        )
+
     def api_output(self, request: Request) -> Response:
-        name, chunks = self.reader.open_output(
+        name, chunks = self.reader_for(request).open_output(
             request.path_params["job_id"], request.path_params["path"]
         )
         disposition = f"attachment; filename*=UTF-8''{quote(name)}"
@@ -128,15 +178,15 @@ class Dashboard:
         )
 
     def api_batches(self, request: Request) -> Response:
-        return JSONResponse(self.reader.batches(_limit(request)))
+        return JSONResponse(self.reader_for(request).batches(_limit(request)))
 
     def api_batch(self, request: Request) -> Response:
-        return JSONResponse(self.reader.batch(request.path_params["group_id"]))
+        return JSONResponse(self.reader_for(request).batch(request.path_params["group_id"]))
 
     def api_usage(self, request: Request) -> Response:
         since = request.query_params.get("since") or "7d"
         tags = _tags(request.query_params.get("tag") or "")
-        return JSONResponse(self.reader.usage(since=since, tags=tags))
+        return JSONResponse(self.reader_for(request).usage(since=since, tags=tags))
 
     # ---- actions ----------------------------------------------------------------------
     def _refused(self, request: Request) -> Response | None:
@@ -152,13 +202,13 @@ class Dashboard:
         refused = self._refused(request)
         if refused is not None:
             return refused
-        return JSONResponse(self.reader.cancel_job(request.path_params["job_id"]))
+        return JSONResponse(self.reader_for(request).cancel_job(request.path_params["job_id"]))
 
     def api_cancel_batch(self, request: Request) -> Response:
         refused = self._refused(request)
         if refused is not None:
             return refused
-        return JSONResponse(self.reader.cancel_batch(request.path_params["group_id"]))
+        return JSONResponse(self.reader_for(request).cancel_batch(request.path_params["group_id"]))
 
 
 # ---- request parsing ----------------------------------------------------------------------
@@ -185,6 +235,16 @@ def _listing_args(filters: dict[str, Any]) -> dict[str, Any]:
         "limit": filters["limit"],
         "every_job": bool(filters["all"]),
     }
+
+
+def _number(request: Request, name: str) -> int | None:
+    """A whole-number query parameter (None when absent); ConfigError otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or len(raw) > 12:
+        raise kc.ConfigError(f"{name} must be a whole number >= 0, got {raw!r}.")
+    return int(raw)
 
 
 def _limit(request: Request) -> int:
@@ -226,7 +286,7 @@ def _error_handler(dashboard: Dashboard) -> Callable[[Request, Exception], Await
         status = _status_of(exc)
         if "/api/" in request.url.path:
             return JSONResponse({"error": str(exc), "type": type(exc).__name__}, status)
-        body = pages.not_found(str(exc)) if status == 404 else f"<p>{pages.esc(exc)}</p>"
+        body = pages.not_found(str(exc)) if status == 404 else f"<p>{pages.text(exc)}</p>"
         html = pages.page(dashboard.base(request), "Error", body, view="error", data={})
         return HTMLResponse(html, status_code=status)
 
@@ -234,9 +294,16 @@ def _error_handler(dashboard: Dashboard) -> Callable[[Request, Exception], Await
 
 
 def build(
-    storage: str | None, *, token: str | None, allow_actions: bool, root_path: str
+    storage: str | None,
+    *,
+    token: str | None,
+    allow_actions: bool,
+    root_path: str,
+    readable: Readable | None = None,
 ) -> Starlette:
-    dashboard = Dashboard(Reader.of(storage), allow_actions=allow_actions, root_path=root_path)
+    dashboard = Dashboard(
+        Reader.of(storage), allow_actions=allow_actions, root_path=root_path, readable=readable
+    )
     middleware = [Middleware(TokenGate, token=token, cookie_path=root_path or "/")] if token else []
     app = Starlette(
         routes=dashboard.routes(),

@@ -1,6 +1,7 @@
 """The dashboard's HTML, rendered on the server from ``views`` data.
 
-Every value is escaped (``esc``); every link starts with the app's base path, so the
+Every value is escaped (``esc``), and text a job wrote is isolated as well (``text``:
+``<bdi>``); every link starts with the app's base path, so the
 pages work at ``/`` and mounted under another app (Airflow's ``/kinetic``). The first
 paint is complete without JavaScript; ``static/app.js`` then keeps it live and draws
 the charts. Element ids the browser tests rely on: ``#jobs-table`` (rows
@@ -22,6 +23,17 @@ STATUSES = [s.value for s in kc.JobStatus]
 
 def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
+
+
+def text(value: Any) -> str:
+    """Text a job wrote (a name, message, tag, path), escaped and isolated: a right-to-left
+    override in it turns no text of the page around it ("1 edoc tixe")."""
+    shown = esc(value)
+    return f"<bdi>{shown}</bdi>" if shown else ""
+
+
+def tag_html(key: Any, value: Any) -> str:
+    return f'<span class="tag">{text(f"{key}={value}")}</span>'
 
 
 def page(base: str, title: str, body: str, *, view: str, data: dict[str, Any]) -> str:
@@ -92,11 +104,11 @@ def jobs_page(base: str, listing: dict[str, Any], filters: dict[str, Any]) -> st
 
 
 def job_row(base: str, job: dict[str, Any]) -> str:
-    tags = " ".join(f'<span class="tag">{esc(k)}={esc(v)}</span>' for k, v in job["tags"].items())
+    tags = " ".join(tag_html(k, v) for k, v in job["tags"].items())
     return (
         f'<tr data-job-id="{esc(job["job_id"])}" data-status="{esc(job["status"])}">'
-        f"<td>{job_link(base, job['job_id'])}</td><td>{esc(job['name'])}</td>"
-        f"<td>{badge(job['status'])}</td><td>{esc(job['reason'])}</td>"
+        f"<td>{job_link(base, job['job_id'])}</td><td>{text(job['name'])}</td>"
+        f"<td>{badge(job['status'])}</td><td>{text(job['reason'])}</td>"
         f'<td><time datetime="{esc(job["created_at"])}">{esc(job["created_at"])}</time></td>'
         f"<td>{esc(job['attempt'])}</td><td>{tags}</td></tr>"
     )
@@ -105,12 +117,12 @@ def job_row(base: str, job: dict[str, Any]) -> str:
 def batch_row(base: str, batch: dict[str, Any]) -> str:
     """A batch in the jobs table: one row for all its children (and its driver job),
     with its progress; the link leads to the batch's page."""
-    tags = " ".join(f'<span class="tag">{esc(k)}={esc(v)}</span>' for k, v in batch["tags"].items())
+    tags = " ".join(tag_html(k, v) for k, v in batch["tags"].items())
     href = f"{esc(base)}/batches/{quote(batch['batch_id'])}"
     return (
         f'<tr data-batch-id="{esc(batch["batch_id"])}" class="batch-row">'
         f'<td><a href="{href}">{esc(batch["batch_id"])}</a></td>'
-        f"<td>{esc(batch['name'])} <span class='kind'>batch</span></td>"
+        f"<td>{text(batch['name'])} <span class='kind'>batch</span></td>"
         f"<td>{progress_bar(batch, element_id=None)}</td>"
         f"<td>{esc(batch['done'])}/{esc(batch['total'])} done</td>"
         f'<td><time datetime="{esc(batch["created_at"])}">{esc(batch["created_at"])}</time></td>'
@@ -137,17 +149,15 @@ def job_page(base: str, job: dict[str, Any], allow_actions: bool) -> str:
             f'<a href="{esc(base)}/batches/{quote(job["group_id"])}">{esc(job["group_id"])}</a></p>'
         )
     return (
-        f"<h1>{esc(job['name'] or job['job_id'])} <small>{esc(job['job_id'])}</small></h1>"
+        f"<h1>{text(job['name'] or job['job_id'])} <small>{esc(job['job_id'])}</small></h1>"
         f"{batch}"
         f'<section class="summary"><div id="job-state" data-status="{esc(state["status"])}">'
         f"{state_text(state)}</div>{cancel}"
-        f'<p class="note">{esc(job["recovery_note"])}</p>'
-        f"<p>{esc(job['description'])}</p></section>"
+        f'<p class="note">{text(job["recovery_note"])}</p>'
+        f"<p>{text(job['description'])}</p></section>"
         '<h2>Timeline</h2><svg id="timeline" role="img" aria-label="state timeline" '
         'width="100%" height="90"></svg>'
-        f'<h2>Logs</h2><div class="logbar">{workers}'
-        '<label><input type="checkbox" id="follow" checked> follow</label></div>'
-        '<pre id="logs"></pre>'
+        f"<h2>Logs</h2>{log_html(base, job, workers)}"
         f'<h2>Outcome</h2><div id="outcome">{outcome_html(job["outcome"])}</div>'
         f'<h2>Outputs</h2><div id="outputs">{outputs_html(base, job)}</div>'
         f'<h2>Usage</h2><div id="usage">{usage_html(job["usage"])}</div>'
@@ -157,8 +167,42 @@ def job_page(base: str, job: dict[str, Any], allow_actions: bool) -> str:
     )
 
 
+def attempts_select(job: dict[str, Any]) -> str:
+    """The attempt whose log is shown: the latest (followed across a recovery) or one
+    picked; hidden until the job has a second attempt."""
+    attempts = job.get("attempts") or []
+    latest = attempts[-1]["attempt"] if attempts else 1
+    options = f'<option value="" selected>latest (attempt {esc(latest)})</option>' + "".join(
+        f'<option value="{esc(a["attempt"])}" data-attempt-option="{esc(a["attempt"])}">'
+        f"attempt {esc(a['attempt'])}</option>"
+        for a in attempts
+    )
+    hidden = "" if len(attempts) > 1 else " hidden"
+    return f'<select id="attempt-select"{hidden}>{options}</select>'
+
+
+def log_html(base: str, job: dict[str, Any], workers: str) -> str:
+    """The log box and its bar: the attempt and worker, follow, timestamps (shown once the
+    log has them), search, download, and the buttons that page through it (app.js)."""
+    download = f"{base}/api/jobs/{quote(job['job_id'])}/logs/download"
+    return (
+        f'<div class="logbar">{attempts_select(job)}{workers}'
+        '<label><input type="checkbox" id="follow" checked> follow</label>'
+        '<label id="times-toggle" hidden><input type="checkbox" id="log-times" checked> '
+        "timestamps</label>"
+        '<form id="log-search-form" class="log-search" role="search">'
+        '<input id="log-search" type="search" placeholder="search the whole log" maxlength="200">'
+        '<button type="submit">Search</button></form>'
+        f'<a id="log-download" href="{esc(download)}" download>download</a></div>'
+        '<ol id="log-hits" hidden></ol>'
+        '<button id="log-earlier" type="button" hidden>Load earlier</button>'
+        '<pre id="logs"></pre>'
+        '<button id="log-later" type="button" hidden>Jump to the end</button>'
+    )
+
+
 def state_text(state: dict[str, Any]) -> str:
-    detail = " · ".join(esc(x) for x in (state.get("reason"), state.get("message")) if x)
+    detail = " · ".join(text(x) for x in (state.get("reason"), state.get("message")) if x)
     code = state.get("exit_code")
     extra = f" · exit code {esc(code)}" if code is not None else ""
     return f"{badge(state['status'])} <span class='reason'>{detail}{extra}</span>"
@@ -170,7 +214,7 @@ def outcome_html(outcome: dict[str, Any] | None) -> str:
     if outcome["kind"] == "result":
         return f'<pre class="result">{esc(outcome["text"])}</pre>'
     if outcome["kind"] == "cancelled":
-        return f'<p class="cancelled">{esc(outcome["text"])}</p>'
+        return f'<p class="cancelled">{text(outcome["text"])}</p>'
     return f'<pre class="traceback">{esc(outcome["text"])}</pre>'
 
 
@@ -179,7 +223,7 @@ def outputs_html(base: str, job: dict[str, Any]) -> str:
         return '<p class="empty">No output files.</p>'
     where = f"{base}/api/jobs/{quote(job['job_id'])}/outputs/"
     items = "".join(
-        f'<li><a href="{esc(where)}{esc(quote(o["path"]))}" download>{esc(o["path"])}</a></li>'
+        f'<li><a href="{esc(where)}{esc(quote(o["path"]))}" download>{text(o["path"])}</a></li>'
         for o in job["outputs"]
     )
     return f'<ul class="outputs">{items}</ul>'
@@ -191,8 +235,13 @@ def usage_html(usage: dict[str, Any] | None) -> str:
     rows = "".join(
         f"<tr><th>{esc(k.replace('_', ' '))}</th><td>{esc(_num(v))}</td></tr>"
         for k, v in usage.items()
-        if not isinstance(v, dict | list)
+        if v is not None and not isinstance(v, dict | list)
     )
+    if usage.get("cost") is None:  # say why there is no cost, and how to have one
+        rows += (
+            "<tr><th>cost</th><td class='empty'>no price table is set: give one as "
+            "Target(prices=...) or KINETIC_PRICES (see the usage docs)</td></tr>"
+        )
     return f'<table class="kv">{rows}</table>'
 
 
@@ -222,7 +271,7 @@ def details_html(job: dict[str, Any]) -> str:
         "target": json.dumps(job["target"], sort_keys=True),
     }
     rows = "".join(
-        f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
+        f"<tr><th>{esc(k)}</th><td>{text(v)}</td></tr>"
         for k, v in fields.items()
         if v not in (None, "")
     )
@@ -234,7 +283,7 @@ def batches_page(base: str, listing: dict[str, Any]) -> str:
     rows = "".join(
         f'<tr data-group-id="{esc(b["group_id"])}">'
         f'<td><a href="{esc(base)}/batches/{quote(b["group_id"])}">{esc(b["group_id"])}</a></td>'
-        f"<td>{esc(b['name'])}</td><td>{progress_bar(b, element_id=None)}</td>"
+        f"<td>{text(b['name'])}</td><td>{progress_bar(b, element_id=None)}</td>"
         f"<td>{esc(b['done'])}/{esc(b['total'])}</td><td>{esc(b['created_at'])}</td></tr>"
         for b in listing["batches"]
     )
@@ -274,12 +323,12 @@ def batch_page(base: str, batch: dict[str, Any], allow_actions: bool) -> str:
     )
     failed = "".join(
         f'<details class="failed" data-index="{f["index"]}"><summary>child {f["index"]} '
-        f"{badge(f['status'])} {esc(f['reason'])}</summary>"
+        f"{badge(f['status'])} {text(f['reason'])}</summary>"
         f'<pre class="traceback">{esc(f["error"])}</pre></details>'
         for f in batch["failed"]
     )
     return (
-        f"<h1>{esc(batch['name'])} <small>{esc(batch['group_id'])}</small></h1>"
+        f"<h1>{text(batch['name'])} <small>{esc(batch['group_id'])}</small></h1>"
         f"{progress_bar(batch)}<p id='batch-counts'>{counts} · {batch['done']}/{batch['total']} "
         f"done</p>{cancel}"
         f"<h2>Failed children</h2>{failed or '<p class=empty>None.</p>'}"
@@ -306,7 +355,7 @@ def usage_page(usage: dict[str, Any], filters: dict[str, Any]) -> str:
             f"lost)" + (f" · cost {_num(total['cost'])}" if total.get("cost") else "") + "</p>"
         )
     tags = "".join(
-        f"<tr><td>{esc(t['tag'])}</td><td>{_num(t['chip_hours'])}</td>"
+        f"<tr><td>{text(t['tag'])}</td><td>{_num(t['chip_hours'])}</td>"
         f"<td>{_num(t['useful_chip_hours'])}</td><td>{_num(t['lost_chip_hours'])}</td></tr>"
         for t in usage["tags"]
     )
@@ -326,4 +375,4 @@ def _num(value: Any) -> str:
 
 
 def not_found(message: str) -> str:
-    return f'<h1>Not found</h1><p class="error">{esc(message)}</p>'
+    return f'<h1>Not found</h1><p class="error">{text(message)}</p>'

@@ -2,33 +2,34 @@
 
 No web framework here: ``app.py`` turns these into responses and pages. Everything goes
 through the public API (``list_jobs``, ``attach``, ``resolve_states``, ``read_logs``,
-``list_batches``) except two reads no public call offers without side effects: a
-succeeded job's result (``result()`` marks it collected, which changes what an
-idempotent resubmit does; a page view must change nothing) and the list of its output
-files. A page of jobs costs one ``list_jobs(limit=...)``, one batched state
+``list_batches``, ``JobHandle.preview``) except the list of a job's output files.
+
+Viewing never executes: a job's result and exception are pickles the job wrote, and
+loading one runs the job's code in this server. The pages show what the runner wrote for
+viewing instead (``JobHandle.preview``: a bounded repr of the value, the failure as data);
+nothing here unpickles, and a page view changes nothing (no job is marked collected). A page of jobs costs one ``list_jobs(limit=...)``, one batched state
 resolution of the page's job rows and one status read per batch row.
 """
 
 from __future__ import annotations
 
 import os
-import reprlib
 from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from threading import Lock
 from typing import Any, BinaryIO
 
 import kinetic_core as kc
+import kinetic_core.ui.attempts as attempts_of
+import kinetic_core.ui.logview as logview
 from kinetic_core.data import outputs
 from kinetic_core.jobs.listing import INTERNAL_TAG_PREFIX, Query
-from kinetic_core.records import layout
-from kinetic_core.records.envelope import load_envelope
 from kinetic_core.storage import Storage, open_storage
 
-#: Longest result repr shown (characters): a glance, not a download.
-RESULT_REPR_LIMIT = 2000
+#: Longest text shown of an outcome (characters): a glance, not a download.
+RESULT_REPR_LIMIT = 4000
 #: Most output files listed on a job's page.
 OUTPUTS_LISTED = 500
 #: Most jobs one page (or the usage view) reads.
@@ -36,21 +37,43 @@ MAX_LIMIT = 1000
 DEFAULT_LIMIT = 50
 #: Longest log cursor accepted from a client (a merged cursor is small JSON).
 CURSOR_LIMIT = 8192
+#: Empty pages (every row shown on another) passed over to reach one with a row.
+_EMPTY_PAGES_SKIPPED = 20
 #: Results of finished jobs kept in memory: a terminal job's result never changes.
 _RESULTS_KEPT = 256
 
 
 class NotFound(kc.KineticError):
-    """A path the dashboard refuses to serve (404): no such output file of the job."""
+    """A path the dashboard refuses to serve (404): no such output file of the job, or a
+    job or batch this request may not read (told as an unknown one is)."""
+
+
+#: Which jobs a request may read: given the request's ASGI scope, a test on a job's (or a
+#: batch's) tags. A provider that knows its users passes one to ``create_app`` (Airflow's
+#: plugin asks its auth manager per DAG); None: whoever reaches the dashboard reads all.
+MayRead = Callable[[Mapping[str, str]], bool]
+Readable = Callable[[Mapping[str, Any]], MayRead]
+
+
+def _everyone(tags: Mapping[str, str]) -> bool:
+    return True
 
 
 @dataclass
 class Reader:
-    """The storage root the dashboard reads, resolved once."""
+    """The storage root the dashboard reads, resolved once; ``may_read`` says which jobs
+    (by their tags) the request being answered may read."""
 
     target: kc.Target
     _results: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
     _lock: Lock = field(default_factory=Lock)
+    _logs: logview.LogIndexes = field(default_factory=logview.LogIndexes)
+    may_read: MayRead = _everyone
+
+    def seen_by(self, may_read: MayRead) -> Reader:
+        """This reader for one request's user (the cache of outcomes is shared: an
+        outcome is the same whoever reads it; who may read it is asked first)."""
+        return replace(self, may_read=may_read)
 
     @classmethod
     def of(cls, storage: str | None) -> Reader:
@@ -79,7 +102,28 @@ class Reader:
         ``every_job``) a batch with its progress, in the place of its newest member that
         matches the filters (its children and its driver job are not rows then, as in
         ``kinetic jobs list``). ``next_until`` is the ``until`` of the next (older) page,
-        None on the last."""
+        None on the last. A page whose every job is shown elsewhere (a batch on a newer
+        page, a recovery's attempt where its first is) is skipped: no empty page."""
+        args: dict[str, Any] = {"statuses": statuses, "tags": tags, "name": name}
+        args |= {"since": since, "limit": limit, "every_job": every_job}
+        page = self._page(**args, until=until)
+        skipped = 0
+        while not page["jobs"] and page["next_until"] and skipped < _EMPTY_PAGES_SKIPPED:
+            page = self._page(**args, until=page["next_until"])
+            skipped += 1
+        return page
+
+    def _page(
+        self,
+        *,
+        statuses: list[str] | None,
+        tags: dict[str, str] | None,
+        name: str | None,
+        since: str | None,
+        until: str | None,
+        limit: int,
+        every_job: bool,
+    ) -> dict[str, Any]:
         handles = kc.list_jobs(
             statuses=statuses or None,
             tags=tags or None,
@@ -93,9 +137,11 @@ class Reader:
         more = len(handles) > limit
         handles = handles[:limit]
         older = f"{handles[-1].created_at - 1e-6:.6f}" if more and handles else None
+        handles = [h for h in handles if self.may_read(h.tags)]  # paging is the store's
         newer, page_end = None, _when(until)
         if page_end is not None:  # not the first page: a batch may be on a newer one
             newer = (Query.of(name=name or None, tags=tags or None), statuses, page_end)
+        handles = self._first_attempts(handles)
         batches = {} if every_job else self._batches_of(handles, newer)
         alone = [h for h in handles if h.job_id not in batches]
         resolved = kc.resolve_states(alone) if alone else []
@@ -106,6 +152,12 @@ class Reader:
         ]
         shown = [r for r in rows if r is not None]
         return {"jobs": shown, "count": len(shown), "next_until": older}
+
+    def _first_attempts(self, handles: list[kc.JobHandle]) -> list[kc.JobHandle]:
+        """One handle per job: its first attempt's (the id Airflow and Prefect link to),
+        listed where that attempt was created; the attempts a recovery started are no
+        rows (the oldest attempt left stands for a job whose first was cleaned up)."""
+        return [h for h in handles if attempts_of.first_attempt(h, self.target) is h]
 
     def _batches_of(
         self, handles: list[kc.JobHandle], newer: _Newer | None
@@ -130,16 +182,29 @@ class Reader:
         return rows
 
     def attach(self, job_id: str) -> kc.JobHandle:
-        return kc.attach(kc.validate_id(job_id), target=self.target)
+        """The job, if this request may read it; else the 404 of an unknown job."""
+        if self.may_read is _everyone:
+            return kc.attach(kc.validate_id(job_id), target=self.target)
+        try:
+            handle = kc.attach(kc.validate_id(job_id), target=self.target)
+        except kc.JobNotFound:
+            handle = None
+        if handle is None or not self.may_read(handle.tags):
+            raise kc.JobNotFound(_unknown("job", job_id))
+        return handle
 
     def job(self, job_id: str) -> dict[str, Any]:
         """Everything the job page shows (state, history, result or error, outputs,
         usage, links); what cannot be read is left empty, never an error page."""
         handle = self.attach(job_id)
         state = handle.state()
-        newest = handle if state.job_id == handle.job_id else self.attach(state.job_id)
+        chain = attempts_of.chain(handle, state, self.target)
+        newest = chain[-1]
+        first = chain[0]
         return {
-            **_job_row(handle, state),
+            **_job_row(first, state),
+            "opened_as": handle.job_id,
+            "attempts": attempts_of.described(chain),
             "description": handle.description,
             "idempotency_key": handle.idempotency_key,
             "workers": handle.workers,
@@ -160,15 +225,15 @@ class Reader:
     def _outcome(
         self, handle: kc.JobHandle, newest: kc.JobHandle, state: kc.JobState
     ) -> dict[str, Any] | None:
-        """The result (a truncated repr) of a succeeded job or the error of a failed one;
-        None while it runs. Cached: a terminal outcome never changes."""
+        """The result (its preview) of a succeeded job or the error of a failed one; None
+        while it runs. Cached: a terminal outcome never changes."""
         if not state.terminal:
             return None
         with self._lock:
             if state.job_id in self._results:
                 return self._results[state.job_id]
         outcome = (
-            self._result(newest)
+            _result(newest.preview(state))
             if state.status is kc.JobStatus.SUCCEEDED
             else _error(handle, state)
         )
@@ -177,25 +242,6 @@ class Reader:
             while len(self._results) > _RESULTS_KEPT:
                 self._results.popitem(last=False)
         return outcome
-
-    def _result(self, newest: kc.JobHandle) -> dict[str, Any]:
-        """The value's repr, read without marking the job collected (a view changes
-        nothing). A value this process cannot load (its class is not importable here)
-        is named, not shown."""
-        try:
-            _, body = load_envelope(
-                self.storage(),
-                layout.job_file(newest.job_id, layout.RESULT),
-                kind="result",
-                job_id=newest.job_id,
-                signing_key=self.target.signing_key,
-            )
-        except FileNotFoundError:
-            return {"kind": "result", "available": False, "text": "collected and cleaned up"}
-        except Exception as exc:
-            return {"kind": "result", "available": False, "text": _cannot_load(exc)}
-        text = _short_repr(body.get("value"))
-        return {"kind": "result", "available": True, "text": _truncate(text)}
 
     # ---- outputs ------------------------------------------------------------------------
     def _place(self, handle: kc.JobHandle) -> outputs.Place:
@@ -230,14 +276,83 @@ class Reader:
         return os.path.basename(path), _chunks(where.storage, key)
 
     # ---- logs ---------------------------------------------------------------------------
-    def logs(self, job_id: str, cursor: str | None, worker: int | None) -> dict[str, Any]:
-        """Log text after ``cursor`` and the next cursor (``JobHandle.read_logs``), and
-        whether the job has ended (the client stops following once ``done`` and empty)."""
-        if cursor is not None and len(cursor) > CURSOR_LIMIT:
-            raise kc.ConfigError("cursor is too long: pass the cursor a read returned.")
+    def _attempt(
+        self, job_id: str, attempt: int | None
+    ) -> tuple[kc.JobHandle, list[kc.JobHandle], kc.JobState]:
+        """(the attempt asked for, every attempt, the job's state): attempt ``attempt``
+        of the job (None: its newest)."""
         handle = self.attach(job_id)
         state = handle.state()
-        done = state.terminal
+        chain = attempts_of.chain(handle, state, self.target)
+        return attempts_of.pick(chain, attempt), chain, state
+
+    def _log_facts(
+        self, picked: kc.JobHandle, chain: list[kc.JobHandle], state: kc.JobState
+    ) -> dict[str, Any]:
+        """What a log answer says of the attempt read: which, of how many, ended or not
+        (an attempt a recovery followed has ended)."""
+        newest = chain[-1]
+        return {
+            "job_id": picked.job_id,
+            "attempt": picked.attempt,
+            "latest": newest.attempt,
+            "attempts": attempts_of.described(chain),
+            "workers": picked.workers,
+            "status": state.status.value,
+            "done": picked.job_id != newest.job_id or state.terminal,
+        }
+
+    def _reader(self, handle: kc.JobHandle, worker: int | None) -> logview.Read:
+        def read(cursor: str | None) -> tuple[str, str | None]:
+            return handle.read_logs(cursor, worker=worker)
+
+        return read
+
+    def log_part(
+        self, job_id: str, attempt: int | None, worker: int | None, part: int | None, offset: int
+    ) -> dict[str, Any]:
+        """Part ``part`` (None: the last) of an attempt's log from character ``offset``
+        (``logview``): the page opens on the tail and loads earlier parts on demand."""
+        picked, chain, state = self._attempt(job_id, attempt)
+        _check_worker(picked, worker)
+        index = self._logs.of((self.storage_uri, picked.job_id, worker))
+        try:
+            answer = logview.part(index, self._reader(picked, worker), part, offset)
+        except IndexError as exc:
+            raise kc.ConfigError(str(exc)) from None
+        return {**self._log_facts(picked, chain, state), "worker": worker, **answer}
+
+    def log_search(
+        self, job_id: str, attempt: int | None, worker: int | None, query: str
+    ) -> dict[str, Any]:
+        """The lines of an attempt's log holding ``query`` (any case), by part."""
+        if not query or len(query) > logview.QUERY_LIMIT:
+            raise kc.ConfigError(f"q must be 1 to {logview.QUERY_LIMIT} characters of text.")
+        picked, chain, state = self._attempt(job_id, attempt)
+        _check_worker(picked, worker)
+        index = self._logs.of((self.storage_uri, picked.job_id, worker))
+        found = logview.search(index, self._reader(picked, worker), query)
+        return {**self._log_facts(picked, chain, state), "query": query, **found}
+
+    def log_download(
+        self, job_id: str, attempt: int | None, worker: int | None
+    ) -> tuple[str, Iterator[bytes]]:
+        """(file name, chunks) of an attempt's whole log as it is now."""
+        picked, _, _ = self._attempt(job_id, attempt)
+        _check_worker(picked, worker)
+        name = f"{picked.job_id}" + (f"-worker{worker}" if worker is not None else "") + ".log"
+        return name, logview.stream(self._reader(picked, worker))
+
+    def logs(
+        self, job_id: str, cursor: str | None, worker: int | None, attempt: int | None = None
+    ) -> dict[str, Any]:
+        """Log text after ``cursor`` and the next cursor (``JobHandle.read_logs``) of
+        attempt ``attempt`` (None: the newest), and whether that attempt has ended (the
+        client stops following once ``done`` and empty)."""
+        if cursor is not None and len(cursor) > CURSOR_LIMIT:
+            raise kc.ConfigError("cursor is too long: pass the cursor a read returned.")
+        handle, chain, state = self._attempt(job_id, attempt)
+        done = handle.job_id != chain[-1].job_id or state.terminal
         try:
             text, after = handle.read_logs(cursor or None, worker=worker)
         except (ValueError, OSError) as exc:
@@ -247,6 +362,7 @@ class Reader:
             ) from None
         return {
             "job_id": handle.job_id,
+            "attempt": handle.attempt,
             "text": text,
             "cursor": after,
             "worker": worker,
@@ -258,10 +374,20 @@ class Reader:
     # ---- batches ------------------------------------------------------------------------
     def batches(self, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
         found = kc.list_batches(target=self.target, limit=limit)
-        return {"batches": [_batch_row(b, b.statuses()) for b in found]}
+        shown = [b for b in found if self.may_read(b.tags)]
+        return {"batches": [_batch_row(b, b.statuses()) for b in shown]}
 
     def attach_batch(self, group_id: str) -> kc.BatchHandle:
-        return kc.attach_batch(kc.validate_id(group_id, "group id"), target=self.target)
+        """The batch, if this request may read it; else the 404 of an unknown batch."""
+        if self.may_read is _everyone:
+            return kc.attach_batch(kc.validate_id(group_id, "group id"), target=self.target)
+        try:
+            batch = kc.attach_batch(kc.validate_id(group_id, "group id"), target=self.target)
+        except kc.JobNotFound:
+            batch = None
+        if batch is None or not self.may_read(batch.tags):
+            raise kc.JobNotFound(_unknown("batch", group_id))
+        return batch
 
     def batch(self, group_id: str) -> dict[str, Any]:
         """The batch's progress, every child's status and the failed children's errors."""
@@ -299,6 +425,7 @@ class Reader:
         handles = kc.list_jobs(
             since=_when(since), tags=tags or None, limit=MAX_LIMIT, target=self.target
         )
+        handles = [h for h in handles if self.may_read(h.tags)]
         days: dict[str, dict[str, float]] = {}
         by_tag: dict[str, dict[str, float]] = {}
         total = _zero()
@@ -436,6 +563,19 @@ def _batch_row(batch: kc.BatchHandle, statuses: list[kc.ChildStatus]) -> dict[st
     }
 
 
+def _check_worker(handle: kc.JobHandle, worker: int | None) -> None:
+    if worker is not None and not 0 <= worker < handle.workers:
+        raise kc.ConfigError(
+            f"worker must be from 0 to {handle.workers - 1} for job {handle.job_id}, got {worker}."
+        )
+
+
+def _unknown(kind: str, name: str) -> str:
+    """What a request is told of a job or batch it may not read: what an unknown one's
+    404 says, so a page does not tell which ids exist."""
+    return f"No {kind} {name!r} here that you may read."
+
+
 def _links(handle: kc.JobHandle) -> dict[str, str]:
     try:
         return kc.job_links(handle)
@@ -443,31 +583,35 @@ def _links(handle: kc.JobHandle) -> dict[str, str]:
         return {}
 
 
+def _result(shown: kc.Preview | None) -> dict[str, Any]:
+    """A succeeded job's value as the runner previewed it (never the value itself)."""
+    if shown is None:
+        return {"kind": "result", "available": False, "text": "no result stored"}
+    if not shown.available:
+        return {"kind": "result", "available": False, "text": shown.note}
+    return {
+        "kind": "result",
+        "available": True,
+        "text": _truncate(shown.text),
+        "type": shown.type_name,
+        "note": shown.note,
+    }
+
+
 def _error(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any]:
     """A failed or cancelled job's story: status, reason, remote exception with its
-    traceback and log tail (``describe_failure``, as the CLI prints it)."""
+    traceback and log tail (``describe_failure`` over ``failure_data``: read as data,
+    never unpickled)."""
     if state.status is kc.JobStatus.CANCELLED:
         return {"kind": "cancelled", "text": state.message or "cancelled"}
     try:
-        exc = kc.failure_of(handle)
+        exc = kc.failure_data(handle)
         text = kc.describe_failure(handle, exc)
-        kind = exc.type_name if isinstance(exc, kc.RemoteError) else type(exc).__name__
+        kind = exc.type_name.rsplit(".", 1)[-1] if isinstance(exc, kc.RemoteError) else ""
     except Exception as exc:  # a job whose evidence is gone: say what is known
-        text, kind = f"{state.status.value} ({state.reason}): {state.message}", _cannot_load(exc)
+        text = f"{state.status.value} ({state.reason}): {state.message}"
+        kind = f"not readable ({type(exc).__name__})"
     return {"kind": "error", "type": kind, "text": _truncate(text, 20000)}
-
-
-def _cannot_load(exc: BaseException) -> str:
-    return f"not loadable by the dashboard ({type(exc).__name__}: {str(exc)[:200]})"
-
-
-def _short_repr(value: Any) -> str:
-    """A bounded repr: a huge list or string is cut while it is built, not after."""
-    shorter = reprlib.Repr()
-    shorter.maxstring = shorter.maxother = RESULT_REPR_LIMIT
-    shorter.maxlist = shorter.maxtuple = shorter.maxdict = shorter.maxset = 50
-    shorter.maxlevel = 4
-    return _truncate(shorter.repr(value))
 
 
 def _truncate(text: str, limit: int = RESULT_REPR_LIMIT) -> str:

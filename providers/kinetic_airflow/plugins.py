@@ -8,11 +8,18 @@ iframe, same origin, so the cookie goes with it) and a "Kinetic job" tab on each
 instance (that task's kinetic jobs, found by the tags the operator gives them). On a minor
 without external views (3.0) the plugin adds nothing, and the operator's extra link (the
 job page when ``KINETIC_UI_URL`` is set) is the way in. The dashboard is read-only here.
+
+Each user sees the jobs of the DAGs Airflow lets them read: the dashboard asks the auth
+manager ``is_authorized_dag`` (GET) for each job's ``airflow-dag-id`` tag (once per DAG
+and request). A job with no DAG (submitted outside Airflow) is shown only to a user who may
+read every DAG (``is_authorized_dag`` without details: an admin, say). A job or batch a
+user may not read is left out of every list and total, and its pages answer 404.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -30,6 +37,10 @@ NAME = "Kinetic"
 #: ``identity.task_tags`` gives every job (Airflow fills in the placeholders).
 TASK_TAGS = "airflow-dag-id={DAG_ID},airflow-run-id={RUN_ID},airflow-task-id={TASK_ID}"
 TASK_JOBS_HREF = f"{URL_PREFIX}/?tag={quote(TASK_TAGS, safe='{}=')}"
+#: The tag naming a job's DAG (``identity.task_tags``): what the auth manager is asked of.
+DAG_TAG = "airflow-dag-id"
+#: Where the middleware leaves the Airflow user it accepted, for ``readable`` to ask about.
+USER_KEY = "kinetic_airflow_user"
 
 
 def supports(hook: str) -> bool:
@@ -48,7 +59,8 @@ class RequireAirflowUser:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] in ("http", "websocket"):
-            refusal = await _refusal(scope)
+            user, refusal = await _user(scope)
+            scope.setdefault("state", {})[USER_KEY] = user
             if refusal is not None:
                 if scope["type"] == "websocket":
                     await send({"type": "websocket.close", "code": 1008})
@@ -58,25 +70,28 @@ class RequireAirflowUser:
         await self.app(scope, receive, send)
 
 
-async def _refusal(scope: Any) -> Any | None:
-    """None when the request carries a user Airflow accepts, else the response to send."""
+async def _user(scope: Any) -> tuple[Any | None, Any | None]:
+    """(the user Airflow accepts for this request, None), else (None, the response to send)."""
     from starlette.requests import HTTPConnection
     from starlette.responses import PlainTextResponse
 
     conn = HTTPConnection(scope)
-    if _injected_user(scope) is not None:
-        return None
+    injected = _injected_user(scope)
+    if injected is not None:
+        return injected, None
     token = _token(conn)
     if not token:
-        return PlainTextResponse(
+        return None, PlainTextResponse(
             "Not authenticated: sign in to Airflow, then open the Kinetic page.", 401
         )
     try:
         user = await _auth_manager().get_user_from_token(token)
     except Exception as exc:  # jwt's ExpiredSignatureError / InvalidTokenError, by version
         log.info("kinetic dashboard: token refused (%s)", type(exc).__name__)
-        return PlainTextResponse("Token refused: sign in to Airflow again.", 403)
-    return None if user is not None else PlainTextResponse("Not authenticated.", 401)
+        return None, PlainTextResponse("Token refused: sign in to Airflow again.", 403)
+    if user is None:
+        return None, PlainTextResponse("Not authenticated.", 401)
+    return user, None
 
 
 def _injected_user(scope: Any) -> Any | None:
@@ -111,11 +126,39 @@ def _auth_manager() -> Any:
     return get_auth_manager()
 
 
+def readable(scope: Mapping[str, Any]) -> Callable[[Mapping[str, str]], bool]:
+    """Which jobs the request's Airflow user may read (see the module docstring): asked of
+    the auth manager once per DAG and request. No user (never past the middleware): none."""
+    user = (scope.get("state") or {}).get(USER_KEY)
+    if user is None:
+        return lambda tags: False
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    manager = _auth_manager()
+    asked: dict[str | None, bool] = {}
+
+    def may_read(tags: Mapping[str, str]) -> bool:
+        dag_id = tags.get(DAG_TAG) or None
+        if dag_id not in asked:
+            details = DagDetails(id=dag_id) if dag_id else None  # None: every DAG
+            try:
+                asked[dag_id] = bool(
+                    manager.is_authorized_dag(method="GET", user=user, details=details)
+                )
+            except Exception as exc:  # an auth manager that fails denies
+                log.warning("kinetic dashboard: is_authorized_dag failed: %s", exc)
+                asked[dag_id] = False
+        return asked[dag_id]
+
+    return may_read
+
+
 def dashboard_app(storage: str | None = None) -> Any:
     """The read-only dashboard over ``storage`` (None: ``KINETIC_STORAGE``, else the
-    default root) behind Airflow's auth. Links follow the prefix the api-server mounts it
-    at (the ASGI ``root_path``), also behind a proxy that serves Airflow under a path."""
-    return RequireAirflowUser(kc.dashboard_app(storage, allow_actions=False))
+    default root) behind Airflow's auth, each user seeing the jobs of the DAGs they may
+    read. Links follow the prefix the api-server mounts it at (the ASGI ``root_path``),
+    also behind a proxy that serves Airflow under a path."""
+    return RequireAirflowUser(kc.dashboard_app(storage, allow_actions=False, readable=readable))
 
 
 def _fastapi_apps() -> list[dict[str, Any]]:

@@ -73,7 +73,7 @@ class KineticJobSensor(BaseSensorOperator):
                 f"job {handle.job_id} is {state.status.value}", state=state
             )
             if state.status is kc.JobStatus.FAILED:
-                exc = kc.failure_of(handle, fallback=exc)
+                exc = kc.failure_data(handle, fallback=exc)  # shown, never unpickled
             raise KineticJobError(kc.describe_failure(handle, exc))
         if self.collect_result:
             return handle.result(timeout=60, cleanup=False)

@@ -34,8 +34,6 @@ ALLOWED: dict[str, set[str]] = {
     "kinetic_core.ui": {
         "kinetic_core.data.outputs",  # place, Place: where a job's outputs lie, internal
         "kinetic_core.jobs.listing",  # Query, INTERNAL_TAG_PREFIX: paged listing, internal
-        "kinetic_core.records.envelope",  # load_envelope: reads a result's bytes, internal
-        "kinetic_core.records.layout",  # the result file's key in the store, internal
         "kinetic_core.storage",  # Storage, open_storage: the store is no public API
     },
 }

@@ -27,10 +27,11 @@ from kinetic_core.jobs.handle import JobHandle
 from kinetic_core.records import layout
 from kinetic_core.storage import open_storage
 from kinetic_core.ui import create_app, is_loopback, prepare, url_of
-from kinetic_core.ui.auth import COOKIE, LoopbackHosts
+from kinetic_core.ui.auth import LoopbackHosts, cookie_name
 from tests.cleanup import kill_leftovers
 from tests.core import batch_helpers, jobfns
 from tests.core.slice_runs import COUNT, lines_of, register, run_slice
+from tests.ui import uifns
 
 TOKEN = "s3cret-token-for-tests"
 ACTION = {"X-Kinetic-Action": "1"}
@@ -257,7 +258,13 @@ def test_a_succeeded_job_page_shows_state_timeline_result_and_is_not_collected(
     assert 'id="cancel-job"' not in page.text  # read-only
     data = client.get(f"/api/jobs/{job_id}").json()
     assert data["state"]["status"] == "SUCCEEDED"
-    assert data["outcome"] == {"kind": "result", "available": True, "text": "42"}
+    assert data["outcome"] == {
+        "kind": "result",
+        "available": True,
+        "text": "42",
+        "type": "builtins.int",
+        "note": "",
+    }
     assert [t["status"] for t in data["history"]][-1] == "SUCCEEDED"
     assert data["target"]["backend"] == "local" and "signing_key" not in data["target"]
     # Viewing changed nothing: the result was not marked collected, it is still readable.
@@ -294,6 +301,67 @@ def test_a_recovered_job_shows_both_attempts(store: Store, client: TestClient) -
     assert data["outcome"]["kind"] == "result" and "'resumed_from': 5" in data["outcome"]["text"]
     page = client.get(f"/jobs/{store.recovered.job_id}").text
     assert "recovered 1x" in page
+
+
+def test_a_recovered_job_is_one_row_and_one_page_with_every_attempts_log(
+    store: Store, client: TestClient
+) -> None:
+    """Issue 33, item 4: the id Airflow and Prefect link to (attempt 1's) is the job's one
+    row and page; its page lists both attempts and reads the log of the one picked (the
+    newest by default), also when opened by attempt 2's id."""
+    first, second = store.recovered.job_id, store.recovered.state().job_id
+    assert first != second
+    rows = [r.get("job_id") for r in client.get("/api/jobs").json()["jobs"]]
+    assert rows.count(first) == 1 and second not in rows
+    assert f'data-job-id="{second}"' not in client.get("/").text
+    for opened in (first, second):
+        data = client.get(f"/api/jobs/{opened}").json()
+        assert data["job_id"] == first and data["state"]["status"] == "SUCCEEDED"
+        assert [(a["attempt"], a["job_id"]) for a in data["attempts"]] == [(1, first), (2, second)]
+        path = f"/api/jobs/{opened}/logs/part"
+        latest = client.get(path).json()
+        assert (latest["attempt"], latest["latest"], latest["done"]) == (2, 2, True)
+        assert "starts at step 5" in latest["text"] and "step 0" not in latest["text"]
+        one = client.get(path, params={"attempt": 1}).json()
+        assert one["attempt"] == 1 and one["done"] is True
+        assert "starts at step 0" in one["text"] and "step 5" not in one["text"]
+    page = client.get(f"/jobs/{first}").text
+    assert '<select id="attempt-select">' in page and page.count('data-attempt-option="') == 2
+    assert client.get(f"/api/jobs/{first}/logs/part", params={"attempt": 3}).status_code == 400
+    old_api = client.get(f"/api/jobs/{first}/logs", params={"attempt": 2}).json()
+    assert "starts at step 5" in old_api["text"] and old_api["attempt"] == 2
+
+
+def test_a_long_log_opens_on_its_tail_in_parts_searched_and_downloaded(storage_uri: str) -> None:
+    """Issue 33, item 5: the page gets one bounded part at a time (the last first), earlier
+    ones on demand; the whole log is a download, and a search finds lines in any part."""
+    job = kc.submit(uifns.numbered_lines, (40_000,), target=kc.Target(storage=storage_uri))
+    job.wait(timeout=120)
+    whole = job.logs()
+    assert len(whole) > 1_900_000
+    client = TestClient(create_app(storage_uri))
+    path = f"/api/jobs/{job.job_id}/logs"
+    tail = client.get(f"{path}/part").json()
+    parts = tail["parts"]
+    assert parts >= 8 and tail["part"] == parts - 1 and tail["complete"] and tail["done"]
+    assert len(tail["text"]) <= 256 * 1024 and whole.endswith(tail["text"])
+    assert "line 039999" in tail["text"] and "line 000000" not in tail["text"]
+    texts = [client.get(f"{path}/part", params={"part": k}).json()["text"] for k in range(parts)]
+    assert "".join(texts) == whole and texts[0].startswith("line 000000")
+    again = client.get(f"{path}/part", params={"part": parts - 1, "offset": 100}).json()
+    assert again["text"] == tail["text"][100:]
+    down = client.get(f"{path}/download")
+    assert down.status_code == 200 and down.text == whole
+    assert down.headers["content-disposition"].startswith("attachment;")
+    found = client.get(f"{path}/search", params={"q": "LINE 031337"}).json()
+    (hit,) = found["hits"]
+    assert (
+        hit["text"].startswith("line 031337")
+        and texts[hit["part"]].split("\n")[hit["line"]] == (hit["text"])
+    )
+    for bad in ({"part": str(parts)}, {"part": "x"}, {"worker": "1"}):
+        assert client.get(f"{path}/part", params=bad).status_code == 400, bad
+    assert client.get(f"{path}/search", params={"q": ""}).status_code == 400
 
 
 def test_logs_follow_with_a_cursor(store: Store, client: TestClient) -> None:
@@ -418,7 +486,7 @@ def test_the_token_in_the_url_sets_a_strict_http_only_cookie(store: Store) -> No
     first = client.get(f"/?token={TOKEN}&status=FAILED", follow_redirects=False)
     assert first.status_code == 303 and first.headers["location"] == "/?status=FAILED"
     cookie = first.headers["set-cookie"]
-    assert cookie.startswith(f"{COOKIE}={TOKEN}")
+    assert cookie.startswith(f"{cookie_name(TOKEN)}=") and TOKEN not in cookie
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     assert client.get("/api/jobs").status_code == 200  # the cookie carries on
     assert client.get("/").status_code == 200
@@ -488,7 +556,8 @@ def test_a_multi_worker_job_offers_each_workers_log(
     client = TestClient(create_app(storage_uri))
     page = client.get(f"/jobs/{job.job_id}").text
     assert '<select id="worker-select">' in page
-    assert page.count('<option value="') == COUNT + 1  # all workers, then each
+    workers = page.split('<select id="worker-select">')[1].split("</select>")[0]
+    assert workers.count('<option value="') == COUNT + 1  # all workers, then each
     two = client.get(f"/api/jobs/{job.job_id}/logs", params={"worker": 2}).json()
     assert two["text"].splitlines() == lines_of(2) and two["workers"] == COUNT
     merged = client.get(f"/api/jobs/{job.job_id}/logs").json()

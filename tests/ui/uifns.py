@@ -17,3 +17,38 @@ def gated_ticks(gate: str, lines: int, pause: float) -> int:
         time.sleep(pause)
         print(f"tick {i}", flush=True)
     return lines
+
+
+def numbered_lines(count: int) -> int:
+    """``count`` numbered lines of about 50 bytes (a long log)."""
+    pad = "x" * 38
+    for i in range(count):
+        print(f"line {i:06d} {pad}")
+    return count
+
+
+def stamped_lines(count: int) -> int:
+    """Lines led by an ISO date-time, as logging's formatters write them."""
+    for i in range(count):
+        print(f"2026-01-02T03:04:{i % 60:02d}Z step {i}", flush=True)
+    return count
+
+
+def recover_after_gate(gate: str, marks: str) -> str:
+    """Attempt 1 prints, waits for the file ``gate``, then exits 75 (a listed exit code:
+    the job recovers); the next attempt prints and returns. ``marks``: a folder where each
+    attempt notes itself."""
+    os.makedirs(marks, exist_ok=True)
+    first = not os.listdir(marks)
+    job_id = os.environ["KINETIC_JOB_ID"]
+    with open(os.path.join(marks, job_id), "w") as fh:
+        fh.write("started")
+    if first:
+        print("attempt one is running", flush=True)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("attempt one asks for a restart", flush=True)
+        raise SystemExit(75)
+    print("attempt two picks up", flush=True)
+    return "done"

@@ -38,6 +38,12 @@
     return node;
   }
 
+  // text a job wrote, isolated: a right-to-left override in it turns nothing around it
+  function bidi(text) { return el("bdi", {}, text); }
+
+  // a tooltip cannot hold a <bdi>: drop the direction controls from text a job wrote
+  function unbidi(text) { return String(text).replace(/[\u202a-\u202e\u2066-\u2069]/g, ""); }
+
   function badge(status) { return el("span", { "class": "badge s-" + status }, status); }
 
   function ago(iso) {
@@ -71,7 +77,7 @@
   function jobRow(job) {
     var tr = el("tr", { "data-job-id": job.job_id, "data-status": job.status });
     var link = el("a", { href: BASE + "/jobs/" + encodeURIComponent(job.job_id) }, job.job_id);
-    var cells = [link, job.name, badge(job.status), job.reason || "",
+    var cells = [link, bidi(job.name), badge(job.status), bidi(job.reason || ""),
       el("time", { datetime: job.created_at || "" }, job.created_at || ""), job.attempt];
     cells.forEach(function (c) {
       var td = el("td");
@@ -80,7 +86,7 @@
     });
     var tags = el("td");
     Object.keys(job.tags || {}).forEach(function (k) {
-      tags.appendChild(el("span", { "class": "tag" }, k + "=" + job.tags[k]));
+      tags.appendChild(el("span", { "class": "tag" })).appendChild(bidi(k + "=" + job.tags[k]));
       tags.appendChild(document.createTextNode(" "));
     });
     tr.appendChild(tags);
@@ -104,7 +110,8 @@
     var tr = el("tr", { "data-batch-id": batch.batch_id, "class": "batch-row" });
     var link = el("a", { href: BASE + "/batches/" + encodeURIComponent(batch.batch_id) },
       batch.batch_id);
-    var name = el("td", {}, batch.name);
+    var name = el("td");
+    name.appendChild(bidi(batch.name));
     name.appendChild(document.createTextNode(" "));
     name.appendChild(el("span", { "class": "kind" }, "batch"));
     [link, name, progressBar(batch), batch.done + "/" + batch.total + " done",
@@ -117,7 +124,7 @@
       });
     var tags = el("td");
     Object.keys(batch.tags || {}).forEach(function (k) {
-      tags.appendChild(el("span", { "class": "tag" }, k + "=" + batch.tags[k]));
+      tags.appendChild(el("span", { "class": "tag" })).appendChild(bidi(k + "=" + batch.tags[k]));
       tags.appendChild(document.createTextNode(" "));
     });
     tr.appendChild(tags);
@@ -167,7 +174,7 @@
         fill: COLORS[t.status] || "#999", "data-status": t.status, "data-attempt": t.attempt
       });
       rect.appendChild(svgEl("title", {}, "attempt " + t.attempt + ": " + t.status +
-        (t.reason ? " (" + t.reason + ")" : "") + " at " + t.at +
+        (t.reason ? " (" + unbidi(t.reason) + ")" : "") + " at " + t.at +
         (t.duration ? " for " + t.duration.toFixed(1) + "s" : "")));
       svg.appendChild(rect);
     });
@@ -242,50 +249,242 @@
     if (!total) { svg.appendChild(svgEl("text", { x: 4, y: 18, "class": "label" }, "0 chip-hours")); }
   }
 
-  function followLogs(jobId) {
+  // ---- a job's log: parts from the tail (logview.py), bounded DOM, search, download ----
+  var MAX_PARTS = 3;  // parts shown at once (each at most 256 KiB of text)
+  var STAMP = /^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?/;
+
+  // text as lines; a line led by a date-time gets it as a span.ts (its local time as a
+  // tooltip); ``mark``: the index of a line to wrap in <mark> (a search hit)
+  function logText(text, atLineStart, mark) {
+    var frag = document.createDocumentFragment();
+    var lines = text.split("\n");
+    var run = "";
+    var stamped = false;
+    function flush() { if (run) { frag.appendChild(document.createTextNode(run)); run = ""; } }
+    lines.forEach(function (line, i) {
+      var end = i < lines.length - 1 ? "\n" : "";
+      var start = i > 0 || atLineStart;
+      var m = start ? STAMP.exec(line) : null;
+      if (i === mark) {
+        flush();
+        frag.appendChild(el("mark", { id: "log-hit" }, line + end));
+        return;
+      }
+      if (!m) { run += line + end; return; }
+      flush();
+      stamped = true;
+      var when = Date.parse(m[0].replace(" ", "T").replace(",", "."));
+      frag.appendChild(el("span", { "class": "ts", title: isNaN(when) ? m[0] : new Date(when).toString() }, m[0]));
+      run += line.slice(m[0].length) + end;
+    });
+    flush();
+    return { node: frag, stamped: stamped };
+  }
+
+  function logViewer(jobId) {
     var pre = document.getElementById("logs");
-    var select = document.getElementById("worker-select");
+    var workerSel = document.getElementById("worker-select");
+    var attemptSel = document.getElementById("attempt-select");
     var follow = document.getElementById("follow");
-    var cursor = null;
-    var generation = 0;
-    function read(gen) {
-      var q = "?";
-      if (cursor) { q += "cursor=" + encodeURIComponent(cursor) + "&"; }
-      if (select && select.value !== "") { q += "worker=" + encodeURIComponent(select.value); }
-      return api("/api/jobs/" + encodeURIComponent(jobId) + "/logs" + q).then(function (data) {
-        if (gen !== generation) { return true; }
-        cursor = data.cursor;
+    var earlier = document.getElementById("log-earlier");
+    var later = document.getElementById("log-later");
+    var download = document.getElementById("log-download");
+    var times = document.getElementById("log-times");
+    var searchForm = document.getElementById("log-search-form");
+    var hitsList = document.getElementById("log-hits");
+    var path = "/api/jobs/" + encodeURIComponent(jobId) + "/logs";
+    var s = {};
+
+    function reset() {
+      s = { gen: (s.gen || 0) + 1, attempt: attemptSel && attemptSel.value !== "" ? Number(attemptSel.value) : null,
+        first: null, last: null, lastLen: 0, atEnd: true, lineStart: true };
+      pre.replaceChildren();
+      ["data-done", "data-attempt", "data-first-part", "data-last-part", "data-parts"].forEach(
+        function (a) { pre.removeAttribute(a); });
+      earlier.hidden = true; later.hidden = true;
+      updateDownload();
+    }
+    function query(extra) {
+      var q = [];
+      if (s.attempt !== null) { q.push("attempt=" + s.attempt); }
+      if (workerSel && workerSel.value !== "") { q.push("worker=" + encodeURIComponent(workerSel.value)); }
+      Object.keys(extra || {}).forEach(function (k) { q.push(k + "=" + encodeURIComponent(extra[k])); });
+      return q.length ? "?" + q.join("&") : "";
+    }
+    function updateDownload() { download.href = BASE + path + "/download" + query(); }
+    function marks() {
+      pre.setAttribute("data-first-part", String(s.first));
+      pre.setAttribute("data-last-part", String(s.last));
+      earlier.hidden = !(s.first > 0);
+      later.hidden = s.atEnd;
+    }
+    function partNode(k, text, lineStart, mark) {
+      var node = el("span", { "class": "part", "data-part": String(k) });
+      var drawn = logText(text, lineStart, mark);
+      node.appendChild(drawn.node);
+      if (drawn.stamped) { document.getElementById("times-toggle").hidden = false; }
+      return node;
+    }
+    function facts(data) {
+      pre.setAttribute("data-status", data.status);
+      pre.setAttribute("data-parts", String(data.parts));
+      if (data.attempt !== undefined) { pre.setAttribute("data-attempt", String(data.attempt)); }
+      if (attemptSel) { syncAttempts(data); }
+    }
+    function syncAttempts(data) {
+      var have = attemptSel.querySelectorAll("option[data-attempt-option]").length;
+      (data.attempts || []).slice(have).forEach(function (a) {
+        attemptSel.appendChild(el("option", { value: String(a.attempt), "data-attempt-option": String(a.attempt) },
+          "attempt " + a.attempt));
+      });
+      var latest = attemptSel.querySelector('option[value=""]');
+      if (latest) { latest.textContent = "latest (attempt " + data.latest + ")"; }
+      if ((data.attempts || []).length > 1) { attemptSel.hidden = false; }
+    }
+    // one step of following: the last part first, then what was added to it, part by part
+    function step(gen) {
+      var first = s.last === null;
+      var url = path + "/part" + (first ? query({ part: "last" }) : query({ part: s.last, offset: s.lastLen }));
+      return api(url).then(function (data) {
+        if (gen !== s.gen) { return false; }
+        if (s.attempt === null || first) { s.attempt = data.attempt; }
+        facts(data);
+        if (data.parts === 0) {
+          return finished(data) ? next(data) : true;
+        }
+        if (first) { s.first = data.part; s.last = data.part; s.lastLen = 0; }
         if (data.text) {
-          pre.appendChild(document.createTextNode(data.text));
+          var node = pre.lastElementChild;
+          if (!node || node.getAttribute("data-part") !== String(s.last)) {
+            node = el("span", { "class": "part", "data-part": String(s.last) });
+            pre.appendChild(node);
+          }
+          var drawn = logText(data.text, s.lineStart, -1);
+          node.appendChild(drawn.node);
+          if (drawn.stamped) { document.getElementById("times-toggle").hidden = false; }
+          s.lineStart = data.text.charAt(data.text.length - 1) === "\n";
+          s.lastLen += data.text.length;
           if (!follow || follow.checked) { pre.scrollTop = pre.scrollHeight; }
         }
-        pre.setAttribute("data-status", data.status);
-        if (data.done && !data.text) { pre.setAttribute("data-done", "true"); return false; }
-        return data.text ? "more" : true;
+        var grew = false;
+        if (s.lastLen >= data.size && data.parts > s.last + 1) {
+          s.last += 1; s.lastLen = 0; s.lineStart = true; grew = true;
+          while (pre.querySelectorAll("span.part").length >= MAX_PARTS) {
+            pre.querySelector("span.part").remove();
+            s.first = Number(pre.querySelector("span.part").getAttribute("data-part"));
+          }
+        }
+        marks();
+        if (grew || data.text || !data.complete) { return "more"; }
+        return finished(data) ? next(data) : true;
       });
+    }
+    function finished(data) { return data.done && data.complete; }
+    // the attempt read has ended: on "latest", a recovery's next attempt follows
+    function next(data) {
+      var onLatest = !attemptSel || attemptSel.value === "";
+      if (onLatest && data.latest > data.attempt) {
+        var note = "[kinetic] attempt " + data.attempt + " ended; the job was recovered: attempt " +
+          (data.attempt + 1) + " follows (pick attempt " + data.attempt + " above for its whole log)\n";
+        var gen = s.gen;
+        reset();
+        s.gen = gen;  // the same loop goes on, now on the next attempt
+        s.attempt = data.attempt + 1;
+        pre.appendChild(el("span", { "class": "attempt-note" }, note));
+        return "more";
+      }
+      pre.setAttribute("data-done", "true");
+      return false;
     }
     function loop(gen) {
-      read(gen).then(function (again) {
-        if (gen !== generation || again === false) { return; }
+      step(gen).then(function (again) {
+        if (gen !== s.gen || again === false) { return; }
+        if (!s.atEnd) { return; }  // an earlier part is shown: following resumes at the end
         setTimeout(function () { loop(gen); }, again === "more" ? 50 : EVERY);
-      }, function () { setTimeout(function () { loop(gen); }, EVERY * 2); });
+      }, function () { if (gen === s.gen) { setTimeout(function () { loop(gen); }, EVERY * 2); } });
     }
-    if (select) {
-      select.addEventListener("change", function () {
-        generation += 1; cursor = null; pre.replaceChildren(); pre.removeAttribute("data-done");
-        loop(generation);
+    function restart() { reset(); loop(s.gen); }
+    // the part before the first shown, at the top; the last is dropped past MAX_PARTS
+    function loadEarlier() {
+      if (!(s.first > 0)) { return; }
+      var k = s.first - 1;
+      earlier.disabled = true;
+      api(path + "/part" + query({ part: k })).then(function (data) {
+        earlier.disabled = false;
+        var before = pre.scrollHeight;
+        pre.insertBefore(partNode(k, data.text, true, -1), pre.querySelector("span.part"));
+        s.first = k;
+        var shown = pre.querySelectorAll("span.part");
+        if (shown.length > MAX_PARTS) {
+          shown[shown.length - 1].remove();
+          s.last = Number(shown[shown.length - 2].getAttribute("data-part"));
+          s.atEnd = false;
+          s.gen += 1;  // stop following: "jump to the end" resumes
+          if (follow) { follow.checked = false; }
+        }
+        pre.scrollTop += pre.scrollHeight - before;
+        marks();
+      }, function () { earlier.disabled = false; });
+    }
+    // one part with a search hit in it, the hit marked and scrolled to
+    function showHit(hit) {
+      api(path + "/part" + query({ part: hit.part })).then(function (data) {
+        s.gen += 1;
+        pre.replaceChildren(partNode(hit.part, data.text, true, hit.line));
+        s.first = hit.part; s.last = hit.part; s.lastLen = data.text.length;
+        s.atEnd = hit.part === data.parts - 1 && finished(data);
+        if (follow) { follow.checked = false; }
+        marks();
+        later.hidden = false;
+        var mark = document.getElementById("log-hit");
+        if (mark) { pre.scrollTop = mark.offsetTop - pre.offsetTop - 40; }
       });
     }
-    loop(generation);
+    function search(q) {
+      api(path + "/search" + query({ q: q })).then(function (data) {
+        hitsList.replaceChildren();
+        hitsList.hidden = false;
+        var head = el("li", { "class": "hits-head" }, data.hits.length + (data.truncated ? "+" : "") +
+          " line" + (data.hits.length === 1 ? "" : "s") + " match");
+        hitsList.appendChild(head);
+        data.hits.forEach(function (hit) {
+          var item = el("li");
+          var link = el("button", { type: "button", "class": "hit", "data-part": String(hit.part) });
+          link.appendChild(bidi(hit.text));
+          link.addEventListener("click", function () { showHit(hit); });
+          item.appendChild(link);
+          hitsList.appendChild(item);
+        });
+      }, function (e) { hitsList.hidden = false; hitsList.replaceChildren(el("li", {}, e.message)); });
+    }
+    earlier.addEventListener("click", loadEarlier);
+    later.addEventListener("click", function () { if (follow) { follow.checked = true; } restart(); });
+    if (times) {
+      times.addEventListener("change", function () { pre.classList.toggle("no-times", !times.checked); });
+    }
+    searchForm.addEventListener("submit", function (e) {
+      e.preventDefault();
+      var q = document.getElementById("log-search").value;
+      if (q) { search(q); }
+    });
+    if (workerSel) { workerSel.addEventListener("change", restart); }
+    if (attemptSel) { attemptSel.addEventListener("change", restart); }
+    restart();
   }
 
   function renderJob(job) {
     var state = document.getElementById("job-state");
     if (state) {
       state.setAttribute("data-status", job.state.status);
-      var detail = [job.state.reason, job.state.message].filter(Boolean).join(" · ");
-      if (job.state.exit_code !== null && job.state.exit_code !== undefined) { detail += " · exit code " + job.state.exit_code; }
-      state.replaceChildren(badge(job.state.status), document.createTextNode(" "), el("span", { "class": "reason" }, detail));
+      var detail = el("span", { "class": "reason" });
+      [job.state.reason, job.state.message].filter(Boolean).forEach(function (part, i) {
+        if (i) { detail.appendChild(document.createTextNode(" · ")); }
+        detail.appendChild(bidi(part));
+      });
+      if (job.state.exit_code !== null && job.state.exit_code !== undefined) {
+        detail.appendChild(document.createTextNode(" · exit code " + job.state.exit_code));
+      }
+      state.replaceChildren(badge(job.state.status), document.createTextNode(" "), detail);
     }
     drawTimeline(job.history, document.getElementById("timeline"));
     var chart = document.getElementById("usage-chart");
@@ -334,7 +533,7 @@
     var jobId = PAGE.job_id;
     if (!jobId) { return; }
     renderJob(PAGE.job);
-    followLogs(jobId);
+    logViewer(jobId);
     var reloaded = TERMINAL[PAGE.job.state.status];
     if (!reloaded) {
       every(function () {
@@ -365,6 +564,9 @@
     var groupId = PAGE.group_id;
     if (!groupId) { return; }
     action("cancel-batch", "/api/batches/" + encodeURIComponent(groupId) + "/cancel");
+    // a finished batch changes no more: nothing to follow (a reload would close what the
+    // reader opened); one that finishes while open is reloaded once, finished
+    if (PAGE.finished) { return; }
     every(function () {
       return api("/api/batches/" + encodeURIComponent(groupId)).then(function (b) {
         var bar = document.getElementById("batch-progress");

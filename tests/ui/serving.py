@@ -1,0 +1,31 @@
+"""``kinetic ui`` as a subprocess over one storage root, for a browser test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.browser import free_port, stop, wait_serving
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def kinetic_ui(storage: str, log: Path) -> Iterator[str]:
+    """The dashboard's URL while it serves ``storage`` (stopped afterwards)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "providers")])}
+    argv = [sys.executable, "-m", "kinetic_core.cli", "--storage", storage]
+    argv += ["ui", "--host", "127.0.0.1", "--port", str(port)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_serving(f"{url}/", proc, log, timeout=120)
+        yield url
+    finally:
+        stop(proc)
