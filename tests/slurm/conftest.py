@@ -7,10 +7,14 @@ skipped Slurm suite would hide exactly the regressions it exists to catch.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+import kinetic_core as kc
 from tests.slurm.cluster import SlurmCluster, running_cluster
+
+FNS = "tests.slurm.slurm_fns"
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +25,9 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         for name, value in cluster.env.items():
             mp.setenv(name, value)
         yield cluster
+
+
+@pytest.fixture
+def slurm_target(slurm_cluster: SlurmCluster, storage_uri: str, tmp_path: Path) -> kc.Target:
+    """A target for the private cluster, its storage (and job folders) under tmp_path."""
+    return kc.Target(backend="slurm", storage=storage_uri, pickle_by_value=[FNS], poll_interval=0.5)

@@ -1,0 +1,64 @@
+"""The slurm backend through the public API, on the private cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import kinetic_core as kc
+from kinetic_core.errors import ConfigError
+from tests.slurm import slurm_fns
+from tests.slurm.cluster import SlurmCluster
+
+
+def test_a_job_runs_on_slurm_and_returns_its_value(slurm_target: kc.Target) -> None:
+    handle = kc.submit(slurm_fns.add, (2, 3), target=slurm_target)
+    assert handle.result(timeout=120) == 5
+    state = handle.state()
+    assert state.status is kc.JobStatus.SUCCEEDED, state
+
+
+def test_the_job_runs_as_a_slurm_job_named_after_its_id(
+    slurm_target: kc.Target, slurm_cluster: SlurmCluster
+) -> None:
+    handle = kc.submit(slurm_fns.where, target=slurm_target)
+    seen = handle.result(timeout=120)
+    assert seen["SLURM_JOB_ID"].isdigit() and seen["SLURMD_NODENAME"].startswith("n"), seen
+    name = slurm_cluster.run("squeue", "-h", "-t", "all", "-j", seen["SLURM_JOB_ID"], "-o", "%j")
+    assert name.strip() == f"kinetic-{handle.job_id}"
+    assert f"worker 0 of 1 on {seen['SLURMD_NODENAME']}" in handle.logs()
+
+
+@pytest.mark.parametrize(
+    ("option", "word"),
+    [
+        ({"partition": "no such"}, "partition"),
+        ({"memory": "lots"}, "memory"),
+        ({"gpus": 0}, "gpus"),
+        ({"cpus": 0}, "cpus"),
+        ({"sbatch_args": ["--job-name=x"]}, "--job-name"),
+        ({"sbatch_args": ["-p", "main"]}, "long sbatch flag"),
+        ({"slurm_dir": "relative/dir"}, "slurm_dir"),
+    ],
+)
+def test_a_malformed_option_is_refused_before_anything_is_written(
+    slurm_target: kc.Target, storage_uri: str, option: dict[str, object], word: str
+) -> None:
+    with pytest.raises(ConfigError, match=word):
+        kc.submit(slurm_fns.add, (1, 1), target=slurm_target.merge(option))
+    assert not list(Path(storage_uri[len("file://") :]).glob("jobs/*"))
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"partition": "nosuchpartition"}, {"num_hosts": 9}, {"sbatch_args": ["--nosuchflag"]}],
+)
+def test_an_option_slurm_refuses_is_refused_before_anything_is_written(
+    slurm_target: kc.Target, storage_uri: str, option: dict[str, object]
+) -> None:
+    """sbatch --test-only asks the controller: an unknown partition, more nodes than the
+    cluster has, a flag sbatch does not know."""
+    with pytest.raises(ConfigError, match="Slurm refused"):
+        kc.submit(slurm_fns.add, (1, 1), target=slurm_target.merge(option))
+    assert not list(Path(storage_uri[len("file://") :]).glob("jobs/*"))
