@@ -89,11 +89,12 @@ screenshots: env chromium
 ## the backend contract runs in its own session: it starts its own cluster (as the examples do)
 test-kubernetes: env k8s-binaries
 	.venv/bin/pytest tests/kubernetes $(PYTEST_FLAGS)
-	.venv/bin/pytest tests/contract $(PYTEST_FLAGS)
+	.venv/bin/pytest tests/contract -k "not slurm" $(PYTEST_FLAGS)
 
 ## the Slurm backend on a private Slurm cluster (its own munge, ports and folders)
 test-slurm: env slurm
 	.venv/bin/pytest tests/slurm $(PYTEST_FLAGS)
+	.venv/bin/pytest tests/contract -k slurm $(PYTEST_FLAGS)
 
 ## the whole Airflow suite on every supported minor: the newest (locked, .venv-airflow) and
 ## each of AIRFLOW_MINORS in its own .venv-airflow-MINOR: the whole suite on the newest (locked)

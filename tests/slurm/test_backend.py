@@ -62,3 +62,20 @@ def test_an_option_slurm_refuses_is_refused_before_anything_is_written(
     with pytest.raises(ConfigError, match="Slurm refused"):
         kc.submit(slurm_fns.add, (1, 1), target=slurm_target.merge(option))
     assert not list(Path(storage_uri[len("file://") :]).glob("jobs/*"))
+
+
+def test_a_multi_node_job_is_one_allocation_with_one_runner_per_node(
+    slurm_target: kc.Target, slurm_cluster: SlurmCluster
+) -> None:
+    """num_hosts=2: one Slurm job on two nodes; each worker knows its place from Slurm's
+    variables (kc.worker(), RANK/WORLD_SIZE, MASTER_ADDR: the first node's name, as Slurm
+    scripts set it); worker 0's value is the result;
+    each worker has its own log."""
+    handle = kc.submit(slurm_fns.where, target=slurm_target.merge({"num_hosts": 2}))
+    seen = handle.result(timeout=180)
+    assert (seen["index"], seen["RANK"], seen["WORLD_SIZE"]) == ("0", "0", "2"), seen
+    nodes = slurm_cluster.run("squeue", "-h", "-t", "all", "-j", seen["SLURM_JOB_ID"], "-o", "%N")
+    hosts = slurm_cluster.run("scontrol", "show", "hostnames", nodes.strip()).split()
+    assert len(hosts) == 2 and seen["MASTER_ADDR"] == hosts[0] == seen["SLURMD_NODENAME"], seen
+    assert "worker 0 of 2" in handle.logs(worker=0)
+    assert "worker 1 of 2" in handle.logs(worker=1)

@@ -42,9 +42,13 @@ from kinetic_core.util.ids import validate_id
 from kinetic_core.util.retrying import transient_retry
 
 LOCK = "launch.lock"
+LIVE = "PD,CF,R,S,CG"  # squeue's states of a job with (or about to have) processes
 SLURM_ID = "slurm_job_id"
 LOG_CHUNK = 1 << 20
-CANCEL_WAIT = 5.0  # seconds for Slurm to confirm a cancel (the job leaves PENDING/RUNNING)
+#: Seconds a cancel waits for Slurm to confirm that every process of the job is gone (the
+#: job leaves COMPLETING: Slurm's KillWait between SIGTERM and SIGKILL, then the nodes'
+#: reports); a job still ending after it is observed again later.
+CANCEL_WAIT = 45.0
 
 
 def _python() -> str:
@@ -295,7 +299,7 @@ class SlurmBackend:
     # ---- stop ---------------------------------------------------------------------------
     def cancel(self, job_id: str) -> None:
         """``scancel`` every live job of the name (the whole job, every step), then wait
-        (bounded) until Slurm confirms it left PENDING/RUNNING."""
+        (bounded) until Slurm confirms none of its processes is left."""
         out = cli.run(["squeue", "-h", f"--name={job_name(job_id)}", "-o", "%i"])
         ids = [line.strip() for line in out.splitlines() if line.strip()]
         if not ids:
@@ -303,9 +307,7 @@ class SlurmBackend:
         cli.run(["scancel", *ids])
         deadline = time.monotonic() + CANCEL_WAIT
         while time.monotonic() < deadline:
-            left = cli.run(
-                ["squeue", "-h", f"--name={job_name(job_id)}", "-t", "PD,R,S", "-o", "%i"]
-            )
+            left = cli.run(["squeue", "-h", f"--name={job_name(job_id)}", "-t", LIVE, "-o", "%i"])
             if not left.strip():
                 return
             time.sleep(0.2)
