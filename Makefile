@@ -8,7 +8,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider
 
 .PHONY: demo test uv env env-airflow env-prefect lint docs k8s-binaries \
         test-core test-docs test-ui test-kubernetes test-airflow test-prefect test-packaging bench clean \
-        chromium screenshots
+        chromium screenshots slurm test-slurm
 
 ## uv: bootstrap uv from PyPI when it is missing
 uv:
@@ -54,6 +54,13 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+## Slurm and munge for the Slurm tests: Debian's packages, installed when missing (the tests
+## start a private cluster of their own; nothing is configured or started system-wide)
+slurm:
+	@command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  slurm-wlm munge >/dev/null; }
+
 ## the real Kubernetes control plane for tests (built once per machine, then cached)
 k8s-binaries:
 	bash tests/kubernetes/cluster/build.sh
@@ -87,7 +94,12 @@ screenshots: env chromium
 ## the backend contract runs in its own session: it starts its own cluster (as the examples do)
 test-kubernetes: env k8s-binaries
 	.venv/bin/pytest tests/kubernetes $(PYTEST_FLAGS)
-	.venv/bin/pytest tests/contract $(PYTEST_FLAGS)
+	.venv/bin/pytest tests/contract -k "not slurm" $(PYTEST_FLAGS)
+
+## the Slurm backend on a private Slurm cluster (its own munge, ports and folders)
+test-slurm: env slurm
+	.venv/bin/pytest tests/slurm $(PYTEST_FLAGS)
+	.venv/bin/pytest tests/contract -k slurm $(PYTEST_FLAGS)
 
 ## the whole Airflow suite on every supported minor: the newest (locked, .venv-airflow) and
 ## each of AIRFLOW_MINORS in its own .venv-airflow-MINOR: the whole suite on the newest (locked)
@@ -122,7 +134,7 @@ test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-bi
 test-packaging: env
 	.venv/bin/pytest tests/packaging $(PYTEST_FLAGS)
 
-test: lint docs test-core test-docs test-ui test-kubernetes test-airflow test-prefect test-packaging
+test: lint docs test-core test-docs test-ui test-kubernetes test-slurm test-airflow test-prefect test-packaging
 
 ## the main job on the embedded default: the nightly pipeline in Airflow 3 and in Prefect 3.
 ## Everything goes to the demo's own storage root (.kinetic-demo/ here, new on each run: the

@@ -32,7 +32,7 @@ _JSON_TYPES: dict[Any, str] = {
 
 #: name -> (help, example) for the fields that carry no ``metadata``.
 _DESCRIBED: dict[str, tuple[str, Any]] = {
-    "backend": ("Where jobs run: local, kubernetes or gke.", "gke"),
+    "backend": ("Where jobs run: local, kubernetes, gke or slurm.", "gke"),
     "storage": (
         "Storage root: file:///abs/path, file://~/dir or gs://bucket/prefix.",
         "gs://my-bucket/kinetic",
@@ -126,7 +126,8 @@ _DESCRIBED: dict[str, tuple[str, Any]] = {
         ["rich==13.7.1"],
     ),
     "num_hosts": (
-        "Hosts (one pod each) a GPU job spans; a TPU slice shape fixes its own count.",
+        "Hosts (one pod, or one Slurm node, each) a GPU job spans; a TPU slice shape fixes "
+        "its own count.",
         1,
     ),
     "queue": (

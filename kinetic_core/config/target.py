@@ -37,7 +37,7 @@ DEFAULT_STORAGE = "file://~/.kinetic"
 # must not hold every failed job's processes.
 NOT_FROM_ENV = frozenset({"output_dir", "debug"})
 # Folders of a storage root that are the job store's own: never a job's output_dir.
-_STORE_FOLDERS = ("jobs", "keys", "batches", "data", "backend-local")
+_STORE_FOLDERS = ("jobs", "keys", "batches", "data", "backend-local", "backend-slurm")
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,67 @@ class Target:
     requirements: list[str] | None = None
     # Local backend option: where supervisor records and logs live (default: beside the storage).
     local_dir: str | None = None
+    # Slurm options (owned and checked by backends/slurm/kind.py; sbatch flags in script.py).
+    partition: str | None = field(
+        default=None,
+        metadata={
+            "help": "Slurm partition of the job (sbatch --partition; default: the cluster's).",
+            "example": "gpu",
+        },
+    )
+    account: str | None = field(
+        default=None,
+        metadata={"help": "Slurm account charged for the job (sbatch --account).", "example": "ml"},
+    )
+    qos: str | None = field(
+        default=None,
+        metadata={"help": "Slurm quality of service of the job (sbatch --qos).", "example": "high"},
+    )
+    cpus: int | None = field(
+        default=None,
+        metadata={
+            "help": "Slurm: CPUs per node (one worker per node: --cpus-per-task).",
+            "example": 8,
+        },
+    )
+    memory: str | None = field(
+        default=None,
+        metadata={
+            "help": "Slurm: memory per node (sbatch --mem: a number with K, M, G or T).",
+            "example": "32G",
+        },
+    )
+    gpus: str | int | None = field(
+        default=None,
+        metadata={
+            "help": "Slurm: GPUs per node, a count or type:count (sbatch --gres=gpu:...).",
+            "example": "a100:4",
+        },
+    )
+    constraint: str | None = field(
+        default=None,
+        metadata={
+            "help": "Slurm: node features the job needs (sbatch --constraint).",
+            "example": "ib&h100",
+        },
+    )
+    sbatch_args: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Slurm: extra sbatch flags, each --name=value (an escape hatch; the flags "
+            "kinetic sets itself are refused).",
+            "example": ["--exclusive", "--reservation=maint"],
+        },
+    )
+    slurm_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Slurm: a folder on the filesystem every node shares, for each job's "
+            "script and output files (default: beside a file:// storage root, else "
+            "~/.kinetic/backend-slurm).",
+            "example": "/shared/kinetic",
+        },
+    )
     # Job behaviour.
     # names/patterns captured at submit (values travel signed), or {"NAME": "literal"}
     env: list[str] | dict[str, str | None] | None = None

@@ -19,6 +19,7 @@ BACKENDS: dict[str, str] = {
     "local": "kinetic_core.backends.local:KIND",
     "kubernetes": "kinetic_core.backends.kubernetes:KIND",
     "gke": "kinetic_core.backends.kubernetes:KIND",
+    "slurm": "kinetic_core.backends.slurm:KIND",
 }
 #: The backend of a target that names none.
 DEFAULT_BACKEND = "local"

@@ -52,7 +52,7 @@ class KineticConfig(Block):
     _logo_url: ClassVar[Any] = LOGO_URL
     _documentation_url: ClassVar[Any] = DOCUMENTATION_URL
     _description: ClassVar[str] = (
-        "Target for Kinetic jobs: backend (local, kubernetes, gke), storage URI, "
+        "Target for Kinetic jobs: backend (local, kubernetes, gke, slurm), storage URI, "
         "Kubernetes cluster access and pod options, accelerator defaults and the payload "
         "signing key."
     )

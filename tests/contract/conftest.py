@@ -18,11 +18,20 @@ from tests.contract.harness import Harness
 from tests.contract.harnesses import HARNESSES
 from tests.contract.tcp_proxy import TcpProxy
 from tests.kubernetes.cluster.cluster import TestCluster, running_cluster
+from tests.slurm.cluster import SlurmCluster
+from tests.slurm.cluster import running_cluster as running_slurm
 
 
 @pytest.fixture(scope="module")
 def k8s_cluster(gcs_emulator: object) -> Iterator[TestCluster]:
     with running_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """The private Slurm cluster (tests/slurm/cluster.py): started when a Slurm case runs."""
+    with running_slurm() as cluster:
         yield cluster
 
 

@@ -80,6 +80,10 @@ class Harness(ABC):
     name: str
     #: Can this backend meet a transient fault that outlasts its retry policy at launch?
     has_lasting_fault: bool = False
+    #: Why ``cancel`` cannot reach a job orphaned by ``orphan`` (None: it can). Slurm: its
+    #: orphan is a job slurmctld forgot on a node whose slurmd is down; nothing can signal
+    #: those tasks until the slurmd returns, when Slurm itself kills them.
+    orphan_uncancellable: str | None = None
 
     def __init__(
         self, request: pytest.FixtureRequest, tmp: Path, monkeypatch: pytest.MonkeyPatch

@@ -43,7 +43,7 @@ def test_unpicklable_argument_is_rejected_before_writing(storage_uri: str) -> No
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"backend": "slurm"}, "Unknown backend 'slurm'; choose one of local, kubernetes, gke"),
+        ({"backend": "pbs"}, "Unknown backend 'pbs'; choose one of local, kubernetes, gke, slurm"),
         ({"storage": "s3://bucket"}, "Malformed storage URI"),
         ({"storage": "gs://"}, "names no bucket"),
         ({"life_span": 0}, "life_span must be a positive number"),

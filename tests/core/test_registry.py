@@ -57,19 +57,21 @@ def test_importing_the_registry_imports_no_backend_and_no_client_library() -> No
         "kinetic_core.backends.kubernetes.manifest",
         "kinetic_core.backends.kubernetes.pod_options",
         "kinetic_core.backends.kubernetes.pod_spec",
+        "kinetic_core.backends.slurm",
+        "kinetic_core.backends.slurm.kind",
     }
     assert "kinetic_core.backends.kubernetes.kind" in loaded
     assert loaded <= kinds_and_checks, loaded - kinds_and_checks
 
 
 def test_config_validation_lists_come_from_the_registry() -> None:
-    assert config.BACKENDS == tuple(registry.BACKENDS) == ("local", "kubernetes", "gke")
+    assert config.BACKENDS == tuple(registry.BACKENDS) == ("local", "kubernetes", "gke", "slurm")
     assert config.STORAGE_SCHEMES == ("file://", "gs://")
 
 
 def test_unknown_names_are_config_errors_listing_the_valid_ones(tmp_path: Path) -> None:
-    target = kc.Target(backend="slurm", storage=f"file://{tmp_path}")
-    with pytest.raises(kc.ConfigError, match=r"Unknown backend 'slurm'; choose one of local, kube"):
+    target = kc.Target(backend="pbs", storage=f"file://{tmp_path}")
+    with pytest.raises(kc.ConfigError, match=r"Unknown backend 'pbs'; choose one of local, kube"):
         get_backend(target)
     with pytest.raises(
         kc.ConfigError, match=r"Unknown storage scheme 's3'; choose one of file, gs"

@@ -64,6 +64,8 @@ class KubernetesKind:
         }
     )
     supports_volumes = True
+    #: A job may span several hosts (``num_hosts``, a multi-host slice): a JobSet.
+    multi_host = True
 
     def create(self, target: Target) -> Backend:
         module = registry.import_module(f"{__package__}.backend", f"{target.backend} backend")
@@ -124,13 +126,14 @@ def check_shape(target: Target) -> None:
     checked served at launch; any other backend refuses it: interfaces point 4), and the
     Kueue queue and priority are label values."""
     hosts = accelerator_spec(target.accelerator, target.num_hosts).hosts
-    if hosts > 1 and target.backend not in ("kubernetes", "gke"):
+    if hosts > 1 and not getattr(registry.backend_kind(target.backend), "multi_host", False):
         # checked here because these options are this kind's: a local job is one process
         raise ConfigError(
             f"{hosts} hosts: the {target.backend or 'local'} backend runs a job as one process "
             "on this machine, never a multi-host job (num_hosts > 1 or a multi-host slice such "
             "as tpu-v5e-16). Run it on Kubernetes/GKE (backend='gke' or 'kubernetes'), or "
-            "leave num_hosts unset and pick a single-host accelerator here."
+            "leave num_hosts unset and pick a single-host accelerator here (Slurm: backend='slurm' "
+            "runs num_hosts nodes as one allocation)."
         )
     for name in ("queue", "priority"):
         value = getattr(target, name)
