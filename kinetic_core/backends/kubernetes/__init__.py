@@ -8,10 +8,10 @@ importing the Kubernetes client library (which costs seconds).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-_PACKAGE = "kinetic_core.backends.kubernetes"
+from kinetic_core.util.lazy import exports
+
 _EXPORTS = {
     "KIND": "kind",
     "KubernetesBackend": "backend",
@@ -43,12 +43,7 @@ __all__ = [
     "job_state",
 ]
 
-
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{_PACKAGE}.{module}"), name)
+__getattr__ = exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:

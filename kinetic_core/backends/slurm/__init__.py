@@ -7,8 +7,9 @@ Names load lazily: ``Target.validate`` imports the kind only.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from kinetic_core.util.lazy import exports
 
 _EXPORTS = {
     "KIND": "kinetic_core.backends.slurm.kind",
@@ -17,12 +18,7 @@ _EXPORTS = {
 }
 __all__ = ["KIND", "SlurmBackend", "job_name"]
 
-
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
