@@ -537,6 +537,7 @@ def _job_row(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any]:
         "created_at": _iso(handle.created_at),
         "started_at": state.started_at.isoformat() if state.started_at else None,
         "finished_at": state.finished_at.isoformat() if state.finished_at else None,
+        "duration": _duration(state),
         "attempt": state.attempt,
         "recoveries": state.recoveries,
         "backend": handle.target.get("backend") or "local",
@@ -544,6 +545,29 @@ def _job_row(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any]:
         "group_id": handle.group_id,
         "tags": {k: v for k, v in handle.tags.items() if not k.startswith(INTERNAL_TAG_PREFIX)},
     }
+
+
+def _duration(state: kc.JobState) -> float | None:
+    """Seconds from start to end (a running job: to now); None before it started."""
+    if state.started_at is None:
+        return None
+    end = state.finished_at or datetime.now(UTC)
+    return max(0.0, (end - state.started_at).total_seconds())
+
+
+#: The columns the jobs list sorts by (``?sort=``), newest/longest first unless ``order=asc``.
+SORTS = ("created", "ended", "duration", "name", "status")
+
+
+def sort_rows(rows: list[dict[str, Any]], key: str, ascending: bool) -> list[dict[str, Any]]:
+    """The page's rows ordered by a column; rows without the value go last either way."""
+    if key not in SORTS:
+        raise kc.ConfigError(f"sort must be one of {', '.join(SORTS)}, got {key!r}.")
+    field_of = {"created": "created_at", "ended": "finished_at"}.get(key, key)
+    have = [r for r in rows if r.get(field_of) is not None]
+    rest = [r for r in rows if r.get(field_of) is None]
+    have.sort(key=lambda r: r[field_of], reverse=not ascending)
+    return have + rest
 
 
 def _batch_row(batch: kc.BatchHandle, statuses: list[kc.ChildStatus]) -> dict[str, Any]:
@@ -606,8 +630,11 @@ def _error(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any]:
         return {"kind": "cancelled", "text": state.message or "cancelled"}
     try:
         exc = kc.failure_data(handle)
-        text = kc.describe_failure(handle, exc)
         kind = exc.type_name.rsplit(".", 1)[-1] if isinstance(exc, kc.RemoteError) else ""
+        # the page's state line says status, reason and message, and its log box holds the
+        # log: the outcome is the traceback, once (or, without one, what is known)
+        traceback = exc.remote_traceback if isinstance(exc, kc.RemoteError) else ""
+        text = traceback.rstrip() or kc.describe_failure(handle, exc, log_tail="")
     except Exception as exc:  # a job whose evidence is gone: say what is known
         text = f"{state.status.value} ({state.reason}): {state.message}"
         kind = f"not readable ({type(exc).__name__})"
