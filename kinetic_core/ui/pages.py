@@ -429,22 +429,43 @@ def usage_page(
     else:
         total = usage["total"]
         note = (
-            f"<p>{esc(usage['jobs'])} jobs · {_num(total['chip_hours'])} chip-hours "
+            f"<p>{_num(total['chip_hours'])} chip-hours "
             f"({_num(total['useful_chip_hours'])} useful, {_num(total['lost_chip_hours'])} "
-            f"lost)" + (f" · cost {_num(total['cost'])}" if total.get("cost") else "") + "</p>"
+            f"lost) · {_num(total['running_hours'])} running hours"
+            + (f" · cost {_num(total['cost'])}" if total.get("cost") else "")
+            + "</p>"
         )
     tags = "".join(
         f"<tr><td>{text(t['tag'])}</td><td>{_num(t['chip_hours'])}</td>"
-        f"<td>{_num(t['useful_chip_hours'])}</td><td>{_num(t['lost_chip_hours'])}</td></tr>"
+        f"<td>{_num(t['useful_chip_hours'])}</td><td>{_num(t['lost_chip_hours'])}</td>"
+        f"<td>{_num(t['running_hours'])}</td></tr>"
         for t in usage["tags"]
     )
     return (
-        f"<h1>Usage</h1>{form}{note}"
-        '<h2>Chip-hours per day</h2><svg id="usage-chart" role="img" aria-label="chip-hours '
-        'per day" width="100%" height="220"></svg>'
-        '<h2>Per tag</h2><table id="usage-tags"><thead><tr><th>Tag</th><th>Chip-hours</th>'
-        f"<th>Useful</th><th>Lost</th></tr></thead><tbody>{tags}</tbody></table>"
+        f"<h1>Usage</h1>{form}{coverage_html(usage)}{note}"
+        '<h2>Per day</h2><svg id="usage-chart" role="img" aria-label="usage per day" '
+        'width="100%" height="220"></svg>'
+        '<h2>Per tag</h2><div class="table-wrap"><table id="usage-tags"><thead><tr><th>Tag</th>'
+        "<th>Chip-hours</th><th>Useful</th><th>Lost</th><th>Running hours</th></tr></thead>"
+        f"<tbody>{tags}</tbody></table></div>"
     )
+
+
+def coverage_html(usage: dict[str, Any]) -> str:
+    """Which jobs the sums cover: every job created in the period, or (past the limit) the
+    newest ones, and from when."""
+    covered = usage.get("covered") or {}
+    since = covered.get("since")
+    period = f"created since {when_html(since)}" if since else "ever created"
+    if covered.get("complete", True):
+        what = f"All {esc(usage['jobs'])} jobs {period}."
+    else:
+        what = (
+            f"The newest {esc(usage['jobs'])} jobs {period}, back to "
+            f"{when_html(covered.get('oldest'))}: the period holds more than "
+            f"{esc(covered.get('limit'))} jobs; give a shorter period or a tag for all of them."
+        )
+    return f'<p id="usage-covers" class="note">{what}</p>'
 
 
 def _num(value: Any) -> str:

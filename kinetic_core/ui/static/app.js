@@ -241,7 +241,7 @@
       svg.appendChild(svgEl("text", { x: (45 + i * slot + slot / 2).toFixed(1), y: plotH + 26,
         "class": "label", "text-anchor": "middle" }, String(r[labelKey]).slice(5)));
     });
-    svg.appendChild(svgEl("text", { x: 0, y: 14, "class": "label" }, max.toFixed(2)));
+    svg.appendChild(svgEl("text", { x: 0, y: 14, "class": "label" }, max < 0.1 ? max.toPrecision(2) : max.toFixed(2)));
     svg.appendChild(svgEl("text", { x: 0, y: plotH + 10, "class": "label" }, "0"));
     var legend = 45;
     keys.forEach(function (k) {
@@ -633,7 +633,12 @@
   // ---- usage -----------------------------------------------------------------------------
   function usagePage() {
     var svg = document.getElementById("usage-chart");
-    if (svg && PAGE.usage) { drawBars(svg, PAGE.usage.days, USAGE_KEYS, "day"); }
+    if (!svg || !PAGE.usage) { return; }
+    // chip-hours, useful vs lost; jobs that used no chips (CPU only): their running hours
+    var chips = PAGE.usage.total && PAGE.usage.total.chip_hours > 0;
+    var running = PAGE.usage.total && PAGE.usage.total.running_hours > 0;
+    drawBars(svg, PAGE.usage.days, chips || !running ? USAGE_KEYS : [["running_hours", "#2f6fdf"]], "day");
+    relativeTimes();
   }
 
   function start() {
