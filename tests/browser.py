@@ -28,15 +28,19 @@ def chromium() -> str:
     return found
 
 
+#: A phone's viewport (CSS pixels), for the pages' narrow layout.
+PHONE = {"width": 390, "height": 844}
+
+
 @contextmanager
-def browser_page() -> Iterator[Any]:
-    """A page of a fresh headless Chromium (closed afterwards)."""
+def browser_page(viewport: dict[str, int] | None = None) -> Iterator[Any]:
+    """A page of a fresh headless Chromium (closed afterwards), ``VIEWPORT`` unless told."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium(), headless=True)
         try:
-            page = browser.new_page(viewport=VIEWPORT)
+            page = browser.new_page(viewport=viewport or VIEWPORT)
             page.set_default_timeout(60_000)
             yield page
         finally:

@@ -22,9 +22,19 @@ from starlette.staticfiles import StaticFiles
 import kinetic_core as kc
 import kinetic_core.ui.pages as pages
 from kinetic_core.ui.auth import TokenGate, action_allowed
-from kinetic_core.ui.views import DEFAULT_LIMIT, MAX_LIMIT, NotFound, Readable, Reader
+from kinetic_core.ui.views import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    SORTS,
+    NotFound,
+    Readable,
+    Reader,
+    sort_rows,
+)
 
 STATIC = Path(__file__).parent / "static"
+#: The listing a page with a bad filter shows: none.
+_NOTHING: dict[str, Any] = {"jobs": [], "count": 0, "next_until": None}
 Endpoint = Callable[[Request], Response]
 
 
@@ -62,6 +72,7 @@ class Dashboard:
             Route("/batches", self.batches_page),
             Route("/batches/{group_id}", self.batch_page),
             Route("/usage", self.usage_page),
+            Route("/favicon.ico", self.favicon),
             Route("/api/jobs", self.api_jobs),
             Route("/api/jobs/{job_id}", self.api_job),
             Route("/api/jobs/{job_id}/logs", self.api_logs),
@@ -79,10 +90,22 @@ class Dashboard:
 
     # ---- pages ------------------------------------------------------------------------
     def jobs_page(self, request: Request) -> Response:
-        filters = _job_filters(request)
+        filters = _job_filters(request, strict=False)
+        try:
+            checked = _job_filters(request)
+            listing = self._listing(request, checked)
+        except kc.ConfigError as exc:  # the form stays, with what is wrong
+            body = pages.jobs_page(self.base(request), _NOTHING, filters, error=str(exc))
+            data = {"filters": filters, "error": str(exc)}
+            return self._html(request, "Jobs", body, "jobs", data, status=400)
+        body = pages.jobs_page(self.base(request), listing, checked)
+        return self._html(request, "Jobs", body, "jobs", {"filters": checked})
+
+    def _listing(self, request: Request, filters: dict[str, Any]) -> dict[str, Any]:
         listing = self.reader_for(request).jobs(**_listing_args(filters))
-        body = pages.jobs_page(self.base(request), listing, filters)
-        return self._html(request, "Jobs", body, "jobs", {"filters": filters})
+        if filters["sort"]:
+            listing["jobs"] = sort_rows(listing["jobs"], filters["sort"], filters["order"] == "asc")
+        return listing
 
     def job_page(self, request: Request) -> Response:
         job = self.reader_for(request).job(request.path_params["job_id"])
@@ -106,19 +129,35 @@ class Dashboard:
             "since": request.query_params.get("since") or "7d",
             "tag": request.query_params.get("tag") or "",
         }
-        usage = self.reader_for(request).usage(since=filters["since"], tags=_tags(filters["tag"]))
+        try:
+            usage = self.reader_for(request).usage(
+                since=filters["since"], tags=_tags(filters["tag"])
+            )
+        except kc.ConfigError as exc:  # the form stays, with what is wrong
+            body = pages.usage_page(None, filters, error=str(exc))
+            return self._html(request, "Usage", body, "usage", {"filters": filters}, status=400)
         body = pages.usage_page(usage, filters)
         return self._html(request, "Usage", body, "usage", {"usage": usage, "filters": filters})
 
+    def favicon(self, request: Request) -> Response:
+        return Response((STATIC / "favicon.svg").read_bytes(), media_type="image/svg+xml")
+
     def _html(
-        self, request: Request, title: str, body: str, view: str, data: dict[str, Any]
+        self,
+        request: Request,
+        title: str,
+        body: str,
+        view: str,
+        data: dict[str, Any],
+        status: int = 200,
     ) -> HTMLResponse:
         data = {**data, "actions": self.allow_actions}
-        return HTMLResponse(pages.page(self.base(request), title, body, view=view, data=data))
+        html = pages.page(self.base(request), title, body, view=view, data=data)
+        return HTMLResponse(html, status_code=status)
 
     # ---- JSON -------------------------------------------------------------------------
     def api_jobs(self, request: Request) -> Response:
-        return JSONResponse(self.reader_for(request).jobs(**_listing_args(_job_filters(request))))
+        return JSONResponse(self._listing(request, _job_filters(request)))
 
     def api_job(self, request: Request) -> Response:
         return JSONResponse(self.reader_for(request).job(request.path_params["job_id"]))
@@ -212,16 +251,23 @@ class Dashboard:
 
 
 # ---- request parsing ----------------------------------------------------------------------
-def _job_filters(request: Request) -> dict[str, Any]:
+def _job_filters(request: Request, *, strict: bool = True) -> dict[str, Any]:
+    """The jobs list's filters; ``strict`` False: as given, unchecked (to show them again
+    in the form beside what is wrong with them)."""
     q = request.query_params
+    sort = q.get("sort") or ""
+    if strict and sort and sort not in SORTS:
+        raise kc.ConfigError(f"sort must be one of {', '.join(SORTS)}, got {sort!r}.")
     return {
         "status": (q.get("status") or "").upper(),
         "tag": q.get("tag") or "",
         "name": q.get("name") or "",
         "since": q.get("since") or "",
         "until": q.get("until") or "",
-        "limit": _limit(request),
+        "limit": _limit(request) if strict else q.get("limit") or "",
         "all": "1" if (q.get("all") or "").lower() in ("1", "true", "on", "yes") else "",
+        "sort": sort,
+        "order": "asc" if q.get("order") == "asc" else "",
     }
 
 

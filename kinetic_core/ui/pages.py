@@ -52,6 +52,7 @@ def page(base: str, title: str, body: str, *, view: str, data: dict[str, Any]) -
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)} · kinetic</title>"
         f'<link rel="stylesheet" href="{esc(base)}/static/app.css">'
+        f'<link rel="icon" type="image/svg+xml" href="{esc(base)}/static/favicon.svg">'
         f'</head><body data-base="{esc(base)}" data-view="{esc(view)}" '
         f"data-page='{esc(json.dumps(data))}'>"
         f'<header><a class="brand" href="{esc(base)}/">kinetic</a><nav>{nav}</nav></header>'
@@ -70,7 +71,59 @@ def job_link(base: str, job_id: str) -> str:
 
 
 # ---- jobs -------------------------------------------------------------------------------------
-def jobs_page(base: str, listing: dict[str, Any], filters: dict[str, Any]) -> str:
+#: The jobs table's columns: (label, the ``sort`` key it orders by, shown on a phone).
+JOB_COLUMNS = (
+    ("Job", None, True),
+    ("Name", "name", True),
+    ("Status", "status", True),
+    ("Reason", None, False),
+    ("Created", "created", False),
+    ("Ended", "ended", False),
+    ("Duration", "duration", True),
+    ("Attempt", None, False),
+    ("Tags", None, False),
+)
+
+
+def _opt(shown_on_phone: bool) -> str:
+    return "" if shown_on_phone else ' class="opt"'
+
+
+def jobs_head(base: str, filters: dict[str, Any]) -> str:
+    """The header row; a sortable column's label links to the page sorted by it (again:
+    the other way round)."""
+    cells = []
+    for label, key, phone in JOB_COLUMNS:
+        if key is None:
+            cells.append(f"<th{_opt(phone)}>{label}</th>")
+            continue
+        on = filters.get("sort") == key
+        asc = on and filters.get("order") != "asc"
+        query = {k: v for k, v in filters.items() if v and k not in ("sort", "order", "until")}
+        query |= {"sort": key} | ({"order": "asc"} if asc else {})
+        arrow = (" ▲" if filters.get("order") == "asc" else " ▼") if on else ""
+        cells.append(
+            f'<th{_opt(phone)}><a class="sort" data-sort="{key}" '
+            f'href="{esc(base)}/?{esc(urlencode(query))}">{label}{arrow}</a></th>'
+        )
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def duration_text(seconds: Any) -> str:
+    """``4.2s``, ``3m 05s``, ``2h 10m``; empty for None."""
+    if not isinstance(seconds, int | float):
+        return ""
+    s = float(seconds)
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m {int(s % 60):02d}s"
+    return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
+
+
+def jobs_page(
+    base: str, listing: dict[str, Any], filters: dict[str, Any], error: str | None = None
+) -> str:
     status_options = '<option value="">any status</option>' + "".join(
         f"<option{' selected' if filters.get('status') == s else ''}>{s}</option>" for s in STATUSES
     )
@@ -84,18 +137,20 @@ def jobs_page(base: str, listing: dict[str, Any], filters: dict[str, Any]) -> st
         '<label title="batch children and batch driver jobs as rows of their own">'
         f'<input type="checkbox" name="all" value="1"{" checked" if filters.get("all") else ""}>'
         " all jobs</label>"
+        f'<input type="hidden" name="sort" value="{esc(filters.get("sort"))}">'
         '<button type="submit">Filter</button></form>'
     )
+    if error is not None:
+        form += f'<p class="error" id="filter-error" role="alert">{text(error)}</p>'
     rows = "".join(
         batch_row(base, j) if j.get("kind") == "batch" else job_row(base, j)
         for j in listing["jobs"]
     )
     table = (
-        '<table id="jobs-table"><thead><tr><th>Job</th><th>Name</th><th>Status</th>'
-        "<th>Reason</th><th>Created</th><th>Attempt</th><th>Tags</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
+        f'<div class="table-wrap"><table id="jobs-table"><thead>{jobs_head(base, filters)}'
+        f"</thead><tbody>{rows}</tbody></table></div>"
     )
-    empty = "" if listing["jobs"] else '<p class="empty">No jobs match.</p>'
+    empty = "" if listing["jobs"] or error else '<p class="empty">No jobs match.</p>'
     older = ""
     if listing.get("next_until"):
         query = {k: v for k, v in filters.items() if v} | {"until": listing["next_until"]}
@@ -103,14 +158,22 @@ def jobs_page(base: str, listing: dict[str, Any], filters: dict[str, Any]) -> st
     return f"<h1>Jobs</h1>{form}{table}{empty}{older}"
 
 
+def when_html(iso: Any) -> str:
+    return f'<time datetime="{esc(iso)}">{esc(iso)}</time>' if iso else ""
+
+
 def job_row(base: str, job: dict[str, Any]) -> str:
     tags = " ".join(tag_html(k, v) for k, v in job["tags"].items())
+    running = job["status"] == "RUNNING" and job.get("started_at")
+    since = f' data-running-since="{esc(job["started_at"])}"' if running else ""
     return (
         f'<tr data-job-id="{esc(job["job_id"])}" data-status="{esc(job["status"])}">'
-        f"<td>{job_link(base, job['job_id'])}</td><td>{text(job['name'])}</td>"
-        f"<td>{badge(job['status'])}</td><td>{text(job['reason'])}</td>"
-        f'<td><time datetime="{esc(job["created_at"])}">{esc(job["created_at"])}</time></td>'
-        f"<td>{esc(job['attempt'])}</td><td>{tags}</td></tr>"
+        f'<td class="id">{job_link(base, job["job_id"])}</td><td class="name">{text(job["name"])}</td>'
+        f'<td>{badge(job["status"])}</td><td class="opt">{text(job["reason"])}</td>'
+        f'<td class="opt">{when_html(job["created_at"])}</td>'
+        f'<td class="opt">{when_html(job.get("finished_at"))}</td>'
+        f'<td class="duration"{since}>{esc(duration_text(job.get("duration")))}</td>'
+        f'<td class="opt">{esc(job["attempt"])}</td><td class="opt">{tags}</td></tr>'
     )
 
 
@@ -121,12 +184,12 @@ def batch_row(base: str, batch: dict[str, Any]) -> str:
     href = f"{esc(base)}/batches/{quote(batch['batch_id'])}"
     return (
         f'<tr data-batch-id="{esc(batch["batch_id"])}" class="batch-row">'
-        f'<td><a href="{href}">{esc(batch["batch_id"])}</a></td>'
-        f"<td>{text(batch['name'])} <span class='kind'>batch</span></td>"
+        f'<td class="id"><a href="{href}">{esc(batch["batch_id"])}</a></td>'
+        f"<td class='name'>{text(batch['name'])} <span class='kind'>batch</span></td>"
         f"<td>{progress_bar(batch, element_id=None)}</td>"
-        f"<td>{esc(batch['done'])}/{esc(batch['total'])} done</td>"
-        f'<td><time datetime="{esc(batch["created_at"])}">{esc(batch["created_at"])}</time></td>'
-        f"<td></td><td>{tags}</td></tr>"
+        f'<td class="opt">{esc(batch["done"])}/{esc(batch["total"])} done</td>'
+        f'<td class="opt">{when_html(batch["created_at"])}</td>'
+        f'<td class="opt"></td><td></td><td class="opt"></td><td class="opt">{tags}</td></tr>'
     )
 
 
@@ -152,7 +215,7 @@ def job_page(base: str, job: dict[str, Any], allow_actions: bool) -> str:
         f"<h1>{text(job['name'] or job['job_id'])} <small>{esc(job['job_id'])}</small></h1>"
         f"{batch}"
         f'<section class="summary"><div id="job-state" data-status="{esc(state["status"])}">'
-        f"{state_text(state)}</div>{cancel}"
+        f"{state_text(state)}</div>{elapsed_html(state)}{cancel}"
         f'<p class="note">{text(job["recovery_note"])}</p>'
         f"<p>{text(job['description'])}</p></section>"
         '<h2>Timeline</h2><svg id="timeline" role="img" aria-label="state timeline" '
@@ -199,6 +262,17 @@ def log_html(base: str, job: dict[str, Any], workers: str) -> str:
         '<pre id="logs"></pre>'
         '<button id="log-later" type="button" hidden>Jump to the end</button>'
     )
+
+
+def elapsed_html(state: dict[str, Any]) -> str:
+    """How long the job ran (app.js counts a running job's up every second)."""
+    started, finished = state.get("started_at"), state.get("finished_at")
+    if not started:
+        return '<span id="elapsed"></span>'
+    attrs = f' data-started="{esc(started)}"' + (
+        f' data-finished="{esc(finished)}"' if finished else ""
+    )
+    return f'<span id="elapsed"{attrs}></span>'
 
 
 def state_text(state: dict[str, Any]) -> str:
@@ -338,34 +412,60 @@ def batch_page(base: str, batch: dict[str, Any], allow_actions: bool) -> str:
 
 
 # ---- usage ------------------------------------------------------------------------------------
-def usage_page(usage: dict[str, Any], filters: dict[str, Any]) -> str:
+def usage_page(
+    usage: dict[str, Any] | None, filters: dict[str, Any], error: str | None = None
+) -> str:
     form = (
         '<form id="filters" class="filters" method="get">'
         f'<input name="since" placeholder="since: 7d" value="{esc(filters.get("since"))}">'
         f'<input name="tag" placeholder="tag key=value" value="{esc(filters.get("tag"))}">'
         '<button type="submit">Show</button></form>'
     )
+    if usage is None:
+        error_html = f'<p class="error" id="filter-error" role="alert">{text(error)}</p>'
+        return f"<h1>Usage</h1>{form}{error_html}"
     if not usage["available"]:
         note = '<p class="empty">No usage recorded for these jobs.</p>'
     else:
         total = usage["total"]
         note = (
-            f"<p>{esc(usage['jobs'])} jobs · {_num(total['chip_hours'])} chip-hours "
+            f"<p>{_num(total['chip_hours'])} chip-hours "
             f"({_num(total['useful_chip_hours'])} useful, {_num(total['lost_chip_hours'])} "
-            f"lost)" + (f" · cost {_num(total['cost'])}" if total.get("cost") else "") + "</p>"
+            f"lost) · {_num(total['running_hours'])} running hours"
+            + (f" · cost {_num(total['cost'])}" if total.get("cost") else "")
+            + "</p>"
         )
     tags = "".join(
         f"<tr><td>{text(t['tag'])}</td><td>{_num(t['chip_hours'])}</td>"
-        f"<td>{_num(t['useful_chip_hours'])}</td><td>{_num(t['lost_chip_hours'])}</td></tr>"
+        f"<td>{_num(t['useful_chip_hours'])}</td><td>{_num(t['lost_chip_hours'])}</td>"
+        f"<td>{_num(t['running_hours'])}</td></tr>"
         for t in usage["tags"]
     )
     return (
-        f"<h1>Usage</h1>{form}{note}"
-        '<h2>Chip-hours per day</h2><svg id="usage-chart" role="img" aria-label="chip-hours '
-        'per day" width="100%" height="220"></svg>'
-        '<h2>Per tag</h2><table id="usage-tags"><thead><tr><th>Tag</th><th>Chip-hours</th>'
-        f"<th>Useful</th><th>Lost</th></tr></thead><tbody>{tags}</tbody></table>"
+        f"<h1>Usage</h1>{form}{coverage_html(usage)}{note}"
+        '<h2>Per day</h2><svg id="usage-chart" role="img" aria-label="usage per day" '
+        'width="100%" height="220"></svg>'
+        '<h2>Per tag</h2><div class="table-wrap"><table id="usage-tags"><thead><tr><th>Tag</th>'
+        "<th>Chip-hours</th><th>Useful</th><th>Lost</th><th>Running hours</th></tr></thead>"
+        f"<tbody>{tags}</tbody></table></div>"
     )
+
+
+def coverage_html(usage: dict[str, Any]) -> str:
+    """Which jobs the sums cover: every job created in the period, or (past the limit) the
+    newest ones, and from when."""
+    covered = usage.get("covered") or {}
+    since = covered.get("since")
+    period = f"created since {when_html(since)}" if since else "ever created"
+    if covered.get("complete", True):
+        what = f"All {esc(usage['jobs'])} jobs {period}."
+    else:
+        what = (
+            f"The newest {esc(usage['jobs'])} jobs {period}, back to "
+            f"{when_html(covered.get('oldest'))}: the period holds more than "
+            f"{esc(covered.get('limit'))} jobs; give a shorter period or a tag for all of them."
+        )
+    return f'<p id="usage-covers" class="note">{what}</p>'
 
 
 def _num(value: Any) -> str:

@@ -37,6 +37,9 @@ MAX_LIMIT = 1000
 DEFAULT_LIMIT = 50
 #: Longest log cursor accepted from a client (a merged cursor is small JSON).
 CURSOR_LIMIT = 8192
+#: Jobs the usage view reads per listing, and at most in all (then it says what it covers).
+USAGE_PAGE = 1000
+USAGE_JOBS = 20_000
 #: Empty pages (every row shown on another) passed over to reach one with a row.
 _EMPTY_PAGES_SKIPPED = 20
 #: Results of finished jobs kept in memory: a terminal job's result never changes.
@@ -419,13 +422,13 @@ class Reader:
     def usage(
         self, *, since: str | None = "7d", tags: dict[str, str] | None = None
     ) -> dict[str, Any]:
-        """Chip-hours per day and per tag, useful vs lost, over the jobs created since
-        ``since`` (at most ``MAX_LIMIT`` jobs). ``available`` is False where this version
-        records no usage (no ``JobHandle.usage``)."""
-        handles = kc.list_jobs(
-            since=_when(since), tags=tags or None, limit=MAX_LIMIT, target=self.target
-        )
-        handles = [h for h in handles if self.may_read(h.tags)]
+        """Chip-hours per day and per tag, useful vs lost, and running hours (a CPU-only
+        job uses no chips but runs), over every job created since ``since``: read page by
+        page, each job once with all its attempts. Past ``USAGE_JOBS`` jobs it stops and
+        ``covered`` says so (the newest ones, from when). ``available`` is False where this
+        version records no usage (no ``JobHandle.usage``)."""
+        start = _when(since)
+        handles, complete = self._every_job(start, tags)
         days: dict[str, dict[str, float]] = {}
         by_tag: dict[str, dict[str, float]] = {}
         total = _zero()
@@ -441,13 +444,44 @@ class Reader:
             for key, value in handle.tags.items():
                 if not key.startswith(INTERNAL_TAG_PREFIX):
                     _add(by_tag.setdefault(f"{key}={value}", _zero()), usage)
+        oldest = min((h.created_at for h in handles), default=None)
         return {
             "available": available,
             "jobs": len(handles),
+            "covered": {
+                "since": _iso(start),
+                "complete": complete,
+                "oldest": _iso(oldest),
+                "limit": USAGE_JOBS,
+            },
             "total": total,
             "days": [{"day": d, **v} for d, v in sorted(days.items())],
             "tags": [{"tag": t, **v} for t, v in sorted(by_tag.items())],
         }
+
+    def _every_job(
+        self, since: float | None, tags: dict[str, str] | None
+    ) -> tuple[list[kc.JobHandle], bool]:
+        """(the jobs created since ``since`` this request may read, newest first, one
+        handle per job; whether that is all of them: False past ``USAGE_JOBS``)."""
+        found: list[kc.JobHandle] = []
+        until: float | None = None
+        while True:
+            page = kc.list_jobs(
+                since=since,
+                until=until,
+                tags=tags or None,
+                limit=USAGE_PAGE,
+                target=self.target,
+                include_batch_children=True,
+            )
+            readable = [h for h in page if self.may_read(h.tags)]
+            found += self._first_attempts(readable)
+            if len(found) >= USAGE_JOBS:
+                return found[:USAGE_JOBS], False
+            if len(page) < USAGE_PAGE:
+                return found, True
+            until = page[-1].created_at - 1e-6
 
     # ---- actions ------------------------------------------------------------------------
     def cancel_job(self, job_id: str) -> dict[str, Any]:
@@ -482,7 +516,14 @@ def _on_a_newer_page(batch: kc.BatchHandle, statuses: list[kc.ChildStatus], newe
     )
 
 
-_USAGE_KEYS = ("chip_hours", "useful_chip_hours", "lost_chip_hours", "queued_seconds", "cost")
+_USAGE_KEYS = (
+    "chip_hours",
+    "useful_chip_hours",
+    "lost_chip_hours",
+    "queued_seconds",
+    "running_seconds",
+    "cost",
+)
 
 
 def usage_of(handle: kc.JobHandle) -> dict[str, Any] | None:
@@ -499,7 +540,7 @@ def usage_of(handle: kc.JobHandle) -> dict[str, Any] | None:
 
 
 def _zero() -> dict[str, float]:
-    return dict.fromkeys(_USAGE_KEYS, 0.0)
+    return dict.fromkeys((*_USAGE_KEYS, "running_hours"), 0.0)
 
 
 def _add(into: dict[str, float], usage: dict[str, Any]) -> None:
@@ -507,6 +548,7 @@ def _add(into: dict[str, float], usage: dict[str, Any]) -> None:
         value = usage.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):
             into[key] += float(value)
+    into["running_hours"] = into["running_seconds"] / 3600
 
 
 def _when(value: str | None) -> float | None:
@@ -537,6 +579,7 @@ def _job_row(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any]:
         "created_at": _iso(handle.created_at),
         "started_at": state.started_at.isoformat() if state.started_at else None,
         "finished_at": state.finished_at.isoformat() if state.finished_at else None,
+        "duration": _duration(state),
         "attempt": state.attempt,
         "recoveries": state.recoveries,
         "backend": handle.target.get("backend") or "local",
@@ -544,6 +587,29 @@ def _job_row(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any]:
         "group_id": handle.group_id,
         "tags": {k: v for k, v in handle.tags.items() if not k.startswith(INTERNAL_TAG_PREFIX)},
     }
+
+
+def _duration(state: kc.JobState) -> float | None:
+    """Seconds from start to end (a running job: to now); None before it started."""
+    if state.started_at is None:
+        return None
+    end = state.finished_at or datetime.now(UTC)
+    return max(0.0, (end - state.started_at).total_seconds())
+
+
+#: The columns the jobs list sorts by (``?sort=``), newest/longest first unless ``order=asc``.
+SORTS = ("created", "ended", "duration", "name", "status")
+
+
+def sort_rows(rows: list[dict[str, Any]], key: str, ascending: bool) -> list[dict[str, Any]]:
+    """The page's rows ordered by a column; rows without the value go last either way."""
+    if key not in SORTS:
+        raise kc.ConfigError(f"sort must be one of {', '.join(SORTS)}, got {key!r}.")
+    field_of = {"created": "created_at", "ended": "finished_at"}.get(key, key)
+    have = [r for r in rows if r.get(field_of) is not None]
+    rest = [r for r in rows if r.get(field_of) is None]
+    have.sort(key=lambda r: r[field_of], reverse=not ascending)
+    return have + rest
 
 
 def _batch_row(batch: kc.BatchHandle, statuses: list[kc.ChildStatus]) -> dict[str, Any]:
@@ -606,8 +672,11 @@ def _error(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any]:
         return {"kind": "cancelled", "text": state.message or "cancelled"}
     try:
         exc = kc.failure_data(handle)
-        text = kc.describe_failure(handle, exc)
         kind = exc.type_name.rsplit(".", 1)[-1] if isinstance(exc, kc.RemoteError) else ""
+        # the page's state line says status, reason and message, and its log box holds the
+        # log: the outcome is the traceback, once (or, without one, what is known)
+        traceback = exc.remote_traceback if isinstance(exc, kc.RemoteError) else ""
+        text = traceback.rstrip() or kc.describe_failure(handle, exc, log_tail="")
     except Exception as exc:  # a job whose evidence is gone: say what is known
         text = f"{state.status.value} ({state.reason}): {state.message}"
         kind = f"not readable ({type(exc).__name__})"

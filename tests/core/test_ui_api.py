@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from kinetic_core.control.polling import poll_ticks
 from kinetic_core.jobs.handle import JobHandle
 from kinetic_core.records import layout
 from kinetic_core.storage import open_storage
-from kinetic_core.ui import create_app, is_loopback, prepare, url_of
+from kinetic_core.ui import create_app, is_loopback, prepare, url_of, views
 from kinetic_core.ui.auth import LoopbackHosts, cookie_name
 from tests.cleanup import kill_leftovers
 from tests.core import batch_helpers, jobfns
@@ -448,6 +449,31 @@ def test_usage_page_and_api(store: Store, client: TestClient) -> None:
     else:
         assert data["available"] is False and data["days"] == []
     assert client.get("/api/usage?since=never").status_code == 400
+
+
+def test_usage_covers_the_asked_period_or_says_what_it_covers(
+    storage_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33, item 8: not a silent cut at the newest page of jobs; CPU-only jobs (no
+    chips) show their running hours."""
+    target = kc.Target(storage=storage_uri)
+    jobs = [kc.submit(jobfns.sleep, (0.2, n), target=target) for n in range(5)]
+    for job in jobs:
+        job.wait(timeout=60)
+    monkeypatch.setattr(views, "MAX_LIMIT", 2)  # a page of the listing: 2 jobs
+    monkeypatch.setattr(views, "USAGE_PAGE", 2, raising=False)
+    client = TestClient(create_app(storage_uri))
+    data = client.get("/api/usage?since=1d").json()
+    assert data["jobs"] == 5 and data["covered"]["complete"] is True
+    assert data["total"]["chip_hours"] == 0 and data["total"]["running_hours"] >= 1.0 / 3600
+    page = client.get("/usage?since=1d").text
+    assert "All 5 jobs created since" in page and "running hours" in page
+    monkeypatch.setattr(views, "USAGE_JOBS", 3)
+    data = client.get("/api/usage?since=1d").json()
+    assert data["jobs"] == 3 and data["covered"]["complete"] is False
+    newest = sorted(jobs, key=lambda j: j.created_at)[-3]
+    assert data["covered"]["oldest"] == datetime.fromtimestamp(newest.created_at, UTC).isoformat()
+    assert "The newest 3 jobs created since" in client.get("/usage?since=1d").text
 
 
 def test_static_assets_are_served_from_the_package(client: TestClient) -> None:

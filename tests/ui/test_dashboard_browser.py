@@ -46,9 +46,19 @@ def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
             kc.submit(jobfns.fail, ("learning rate too high",), name="evaluate", target=target),
         ]
         batch = kc.submit_map(batch_helpers.square_or_fail, [1, 7, 3], name="sweep", target=target)
+        recovering = kc.Target(storage=target.storage, max_recoveries=1, recover_on_exit_codes=[75])
+        recovered = kc.submit(
+            uifns.preempted_training,
+            (str(tmp_path / "marks"), 1.0, 1.0),
+            name="pretrain",
+            target=recovering,
+            tags={"team": "research"},
+        )
+        recovered.wait(timeout=180)
         for job in done:
             job.wait(timeout=60)
         batch.wait(timeout=120)
+        done.append(recovered)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         argv = [sys.executable, "-m", "kinetic_core.cli", "--storage", target.storage or ""]
         argv += ["ui", "--host", "127.0.0.1", "--port", str(port)]
@@ -125,5 +135,14 @@ def test_jobs_page_and_a_running_jobs_live_logs(dashboard: Dashboard, tmp_path: 
         drawn = "#usage-chart rect.bar" if hasattr(kc.JobHandle, "usage") else "#usage-chart > *"
         page.locator(drawn).first.wait_for(state="attached")  # a bar of 0 chip-hours is flat
         assert page.locator(drawn).count() > 0
+        # local jobs use no chips: the chart shows their running hours
+        assert page.locator("#usage-chart rect.bar.running_hours").count() > 0
+        assert "All " in page.inner_text("#usage-covers")
         screenshot(page, "usage")
+
+        recovered = dashboard.done[-1]  # the recovered job: one page, both attempts
+        page.goto(f"{dashboard.url}/jobs/{recovered.job_id}")
+        page.locator('#logs[data-attempt="2"][data-done]').wait_for()
+        page.locator('#timeline rect[data-attempt="2"]').first.wait_for()
+        screenshot(page, "recovered")
     assert running.result(timeout=30) == TICKS

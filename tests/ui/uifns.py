@@ -52,3 +52,22 @@ def recover_after_gate(gate: str, marks: str) -> str:
         raise SystemExit(75)
     print("attempt two picks up", flush=True)
     return "done"
+
+
+def preempted_training(marks: str, first: float = 3.0, second: float = 5.0) -> str:
+    """A training run whose first attempt is stopped part-way (exit 75, a listed exit code:
+    as a preempted slice, it recovers) and whose next attempt runs to the end. ``marks``:
+    a folder where each attempt notes itself."""
+    os.makedirs(marks, exist_ok=True)
+    resumed = bool(os.listdir(marks))
+    with open(os.path.join(marks, os.environ["KINETIC_JOB_ID"]), "w") as fh:
+        fh.write("started")
+    if not resumed:
+        print("step 0 .. 300: training", flush=True)
+        time.sleep(first)
+        print("the slice was preempted at step 300", flush=True)
+        raise SystemExit(75)
+    print("resumed from the checkpoint of step 300", flush=True)
+    time.sleep(second)
+    print("step 1000: done", flush=True)
+    return "trained"

@@ -74,17 +74,38 @@
   }
 
   // ---- jobs page -------------------------------------------------------------------------
+  function duration(seconds) {
+    if (seconds === null || seconds === undefined || isNaN(seconds)) { return ""; }
+    if (seconds < 60) { return seconds.toFixed(1) + "s"; }
+    if (seconds < 3600) { return Math.floor(seconds / 60) + "m " + ("0" + Math.floor(seconds % 60)).slice(-2) + "s"; }
+    return Math.floor(seconds / 3600) + "h " + ("0" + Math.floor(seconds % 3600 / 60)).slice(-2) + "m";
+  }
+
+  // a running job's duration counts up (the server's is as of its answer)
+  function tickDurations() {
+    document.querySelectorAll("td.duration[data-running-since]").forEach(function (td) {
+      td.textContent = duration((Date.now() - Date.parse(td.getAttribute("data-running-since"))) / 1000);
+    });
+  }
+
+  function cell(content, cls) {
+    var td = el("td", cls ? { "class": cls } : {});
+    if (content instanceof Node) { td.appendChild(content); } else { td.textContent = content; }
+    return td;
+  }
+
+  function when(iso) { return iso ? el("time", { datetime: iso }, iso) : ""; }
+
   function jobRow(job) {
     var tr = el("tr", { "data-job-id": job.job_id, "data-status": job.status });
     var link = el("a", { href: BASE + "/jobs/" + encodeURIComponent(job.job_id) }, job.job_id);
-    var cells = [link, bidi(job.name), badge(job.status), bidi(job.reason || ""),
-      el("time", { datetime: job.created_at || "" }, job.created_at || ""), job.attempt];
-    cells.forEach(function (c) {
-      var td = el("td");
-      if (c instanceof Node) { td.appendChild(c); } else { td.textContent = c; }
-      tr.appendChild(td);
-    });
-    var tags = el("td");
+    var dur = cell(duration(job.duration), "duration");
+    if (job.status === "RUNNING" && job.started_at) { dur.setAttribute("data-running-since", job.started_at); }
+    [cell(link, "id"), cell(bidi(job.name), "name"), cell(badge(job.status)),
+      cell(bidi(job.reason || ""), "opt"), cell(when(job.created_at), "opt"),
+      cell(when(job.finished_at), "opt"), dur, cell(String(job.attempt), "opt")].forEach(
+      function (td) { tr.appendChild(td); });
+    var tags = el("td", { "class": "opt" });
     Object.keys(job.tags || {}).forEach(function (k) {
       tags.appendChild(el("span", { "class": "tag" })).appendChild(bidi(k + "=" + job.tags[k]));
       tags.appendChild(document.createTextNode(" "));
@@ -110,19 +131,14 @@
     var tr = el("tr", { "data-batch-id": batch.batch_id, "class": "batch-row" });
     var link = el("a", { href: BASE + "/batches/" + encodeURIComponent(batch.batch_id) },
       batch.batch_id);
-    var name = el("td");
+    var name = el("td", { "class": "name" });
     name.appendChild(bidi(batch.name));
     name.appendChild(document.createTextNode(" "));
     name.appendChild(el("span", { "class": "kind" }, "batch"));
-    [link, name, progressBar(batch), batch.done + "/" + batch.total + " done",
-      el("time", { datetime: batch.created_at || "" }, batch.created_at || ""), ""].forEach(
-      function (c, i) {
-        if (i === 1) { tr.appendChild(c); return; }
-        var td = el("td");
-        if (c instanceof Node) { td.appendChild(c); } else { td.textContent = c; }
-        tr.appendChild(td);
-      });
-    var tags = el("td");
+    [cell(link, "id"), name, cell(progressBar(batch)), cell(batch.done + "/" + batch.total + " done", "opt"),
+      cell(when(batch.created_at), "opt"), cell("", "opt"), cell(""), cell("", "opt")].forEach(
+      function (td) { tr.appendChild(td); });
+    var tags = el("td", { "class": "opt" });
     Object.keys(batch.tags || {}).forEach(function (k) {
       tags.appendChild(el("span", { "class": "tag" })).appendChild(bidi(k + "=" + batch.tags[k]));
       tags.appendChild(document.createTextNode(" "));
@@ -135,6 +151,9 @@
     var tbody = document.querySelector("#jobs-table tbody");
     if (!tbody) { return; }
     relativeTimes();
+    tickDurations();
+    setInterval(tickDurations, 1000);
+    if (document.getElementById("filter-error")) { return; }  // nothing to refresh
     every(function () {
       return api("/api/jobs" + window.location.search).then(function (data) {
         var rows = document.createDocumentFragment();
@@ -144,6 +163,7 @@
         tbody.replaceChildren(rows);
         tbody.dataset.drawn = "api";
         relativeTimes();
+        tickDurations();
       });
     });
   }
@@ -221,7 +241,7 @@
       svg.appendChild(svgEl("text", { x: (45 + i * slot + slot / 2).toFixed(1), y: plotH + 26,
         "class": "label", "text-anchor": "middle" }, String(r[labelKey]).slice(5)));
     });
-    svg.appendChild(svgEl("text", { x: 0, y: 14, "class": "label" }, max.toFixed(2)));
+    svg.appendChild(svgEl("text", { x: 0, y: 14, "class": "label" }, max < 0.1 ? max.toPrecision(2) : max.toFixed(2)));
     svg.appendChild(svgEl("text", { x: 0, y: plotH + 10, "class": "label" }, "0"));
     var legend = 45;
     keys.forEach(function (k) {
@@ -491,6 +511,24 @@
     if (chart) { drawJobUsage(job.usage, chart); }
     var cancel = document.getElementById("cancel-job");
     if (cancel && TERMINAL[job.state.status]) { cancel.remove(); }
+    var elapsed = document.getElementById("elapsed");
+    if (elapsed) {
+      if (job.state.started_at) { elapsed.setAttribute("data-started", job.state.started_at); }
+      if (job.state.finished_at) { elapsed.setAttribute("data-finished", job.state.finished_at); }
+      else { elapsed.removeAttribute("data-finished"); }
+      tickElapsed();
+    }
+  }
+
+  // "running for 1m 05s" (counted up every second), then "ran 1m 12s"
+  function tickElapsed() {
+    var elapsed = document.getElementById("elapsed");
+    var started = elapsed && elapsed.getAttribute("data-started");
+    if (!started) { return; }
+    var finished = elapsed.getAttribute("data-finished");
+    var end = finished ? Date.parse(finished) : Date.now();
+    var text = duration(Math.max(0, (end - Date.parse(started)) / 1000));
+    elapsed.textContent = finished ? "ran " + text : "running for " + text;
   }
 
   function renderEnd(job) {
@@ -533,6 +571,7 @@
     var jobId = PAGE.job_id;
     if (!jobId) { return; }
     renderJob(PAGE.job);
+    setInterval(tickElapsed, 1000);
     logViewer(jobId);
     var reloaded = TERMINAL[PAGE.job.state.status];
     if (!reloaded) {
@@ -594,7 +633,12 @@
   // ---- usage -----------------------------------------------------------------------------
   function usagePage() {
     var svg = document.getElementById("usage-chart");
-    if (svg && PAGE.usage) { drawBars(svg, PAGE.usage.days, USAGE_KEYS, "day"); }
+    if (!svg || !PAGE.usage) { return; }
+    // chip-hours, useful vs lost; jobs that used no chips (CPU only): their running hours
+    var chips = PAGE.usage.total && PAGE.usage.total.chip_hours > 0;
+    var running = PAGE.usage.total && PAGE.usage.total.running_hours > 0;
+    drawBars(svg, PAGE.usage.days, chips || !running ? USAGE_KEYS : [["running_hours", "#2f6fdf"]], "day");
+    relativeTimes();
   }
 
   function start() {
