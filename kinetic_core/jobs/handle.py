@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from kinetic_core.backends import Backend, BackendKind, running
+from kinetic_core.backends import Backend, BackendKind, BackendState, running
 from kinetic_core.config.target import Target
 from kinetic_core.control import recovery
 from kinetic_core.control.logs import (
@@ -572,18 +572,20 @@ class JobHandle:
         """Cancel the job durably. True only if this call decided that the job ends
         CANCELLED: from its return on every reader sees CANCELLED (the state is final at
         once). False if the job had already ended or another decider came first (its
-        function returned, a deadline, another cancel); that outcome stays.
+        function returned, a deadline, another cancel); that outcome stays. A job already
+        decided CANCELLED whose processes still run (an earlier cancel's delete failed, or
+        its canceller died before it) is stopped now, and True is returned.
 
         Waits up to ``wait`` seconds for the job's processes to stop (0: return at once).
         A backend that would refuse the stop (``check_cancel``: e.g. ``PermissionDenied``,
         a Role without ``jobs: delete``) raises before anything is recorded.
         """
         state = self.state()
-        if state.terminal:
-            return False
         if state.job_id != self.job_id:  # recovered: cancel the attempt that runs now
             return self.current().cancel(wait=wait)
         backend = backend_for(self)
+        if state.terminal:
+            return self._carry_out_cancel(backend, wait)
         check = getattr(backend, "check_cancel", None)
         if check is not None:  # e.g. PermissionDenied: nothing is recorded, the job runs on
             check(self.job_id)
@@ -598,6 +600,22 @@ class JobHandle:
             created_at=self.created_at,
         )
         if not won:
+            return False
+        backend.cancel(self.job_id)
+        if wait > 0:
+            self._wait_stopped(backend, wait)
+        return True
+
+    def _carry_out_cancel(self, backend: Backend, wait: float) -> bool:
+        """``cancel`` of a job that reads ended. A cancel decided earlier whose stop never
+        happened (its delete failed in an outage, its canceller was killed after the
+        record) is carried out now, and True is returned: the job ends CANCELLED and this
+        call made its processes stop. A failing delete raises (``BackendError``), as the
+        first call's did. Any other end: False, nothing done."""
+        outcome = read_outcome(self._storage(), self.job_id)
+        if outcome is None or outcome.get("status") != JobStatus.CANCELLED.value:
+            return False
+        if not running(backend.poll([self.job_id]).get(self.job_id, BackendState("not_found"))):
             return False
         backend.cancel(self.job_id)
         if wait > 0:

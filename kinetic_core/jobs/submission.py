@@ -21,7 +21,9 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt
 from kinetic_core.backends import BackendKind
 from kinetic_core.config import hooks
 from kinetic_core.config.target import Target, validate_tags
+from kinetic_core.control import recovery
 from kinetic_core.control.launching import AttemptTaken, create_attempt, launch_spec
+from kinetic_core.control.resolution import backend_for
 from kinetic_core.data.inputs import Data, check_volumes, fuse_volumes, reference_data
 from kinetic_core.data.inputs import prepare as prepare_data
 from kinetic_core.errors import ConfigError, JobNotFound, SubmissionError
@@ -37,6 +39,11 @@ from kinetic_core.util.ids import keyed_id, new_id
 from kinetic_core.util.waits import in_thread
 
 __all__ = ["asubmit", "launch_staged", "prepare", "submit"]
+
+
+#: How long a keyed submit waits for the processes of the key's ended attempt to stop
+#: (a pod's default grace period is 30 s) before it refuses to start the next beside them.
+OLD_ATTEMPT_WAIT = 90.0
 
 
 class _Raced(Exception):
@@ -330,6 +337,12 @@ class _Submission:
                 if state.reason == Reason.SUBMITTING:
                     self.relaunch(previous)
                 return replace(previous, reattached=True)
+            ended = (
+                previous
+                if state.job_id == previous.job_id
+                else load_handle(self.storage, state.job_id, self.target.signing_key)
+            )
+            recovery.wait_attempt_gone(backend_for(ended), ended, OLD_ATTEMPT_WAIT)
         return self.create(keyed_id(key, latest + 1), attempt=latest + 1, key=key)
 
 
