@@ -275,6 +275,33 @@ def slice_resumable(workdir: str, steps: int = 10) -> dict[str, object]:
     return {"resumed_from": start, "job_id": job_id}
 
 
+def slice_journaled(path: str, shutdown_seconds: float) -> str:
+    """Every worker appends "<job id> <worker> <event>" lines to ``path``: start, and in
+    attempt 1 (a keyed job id ending ``-1``, which waits to be stopped) a save that takes
+    ``shutdown_seconds`` on SIGTERM; later attempts finish at once. Tells whether two
+    attempts of one gang ever overlapped. Worker 0's value is its job id."""
+    import kinetic_core as kc
+
+    job_id = os.environ["KINETIC_JOB_ID"]
+    me = kc.worker()
+
+    def log(event: str) -> None:
+        with open(path, "a") as fh:
+            fh.write(f"{job_id} {me.index} {event}\n")
+
+    log("start")
+
+    @kc.on_preemption
+    def save() -> None:
+        time.sleep(shutdown_seconds)
+        log("saved")
+
+    if job_id.endswith("-1"):
+        time.sleep(600)  # until its pod is stopped
+    log("done")
+    return job_id
+
+
 def _resume_point(checkpoint: str) -> int:
     """The step an earlier run checkpointed (0 for a first run)."""
     return int(_read(checkpoint)) if os.path.exists(checkpoint) else 0
