@@ -192,6 +192,9 @@ def test_an_observer_that_cannot_recover_reads_recovering_never_failed(
 # ---- a gang (multi-host JobSet) never runs twice at once --------------------------------------
 
 SLICE = "tpu-v5e-16"
+#: How long each worker of attempt 1 saves on SIGTERM: long enough that a successor
+#: started beside the stopping workers shows in the journal (a reclaim allows 15 s).
+SAVE_SECONDS = 10
 
 
 def _worker_pod(backend: KubernetesBackend, job_id: str, index: int) -> str:
@@ -230,7 +233,7 @@ def _gang_runs_once_at_a_time(
     target = kube.merge({"accelerator": SLICE, "max_recoveries": 1})
     job = kc.submit(
         k8s_fns.slice_journaled,
-        (str(journal), 4),
+        (str(journal), SAVE_SECONDS),
         target=target,
         idempotency_key=f"g-{uuid.uuid4()}",
     )
@@ -245,7 +248,7 @@ def _gang_runs_once_at_a_time(
     assert max(first) < min(second), "attempt 2 started while attempt 1 still ran:\n" + "\n".join(
         lines
     )
-    assert sorted(lines[i].split()[1] for i in second if lines[i].endswith("start")) == list("0123")
+    assert f"{successor} 0 start" in lines  # its worker 0 ran (the others may not have yet)
     ends = [(t.attempt, t.status.value, t.reason) for t in job.history() if t.status.terminal]
     return job, ends
 
