@@ -248,7 +248,9 @@ def _gang_runs_once_at_a_time(
     assert max(first) < min(second), "attempt 2 started while attempt 1 still ran:\n" + "\n".join(
         lines
     )
-    assert f"{successor} 0 start" in lines  # its worker 0 ran (the others may not have yet)
+    assert f"{successor} 0 start beside=[]" in lines  # its worker 0 ran, alone
+    beside = [line for line in lines if " beside=" in line and not line.endswith("=[]")]
+    assert not beside, "attempt 2 ran beside attempt 1:\n" + "\n".join(lines)
     ends = [(t.attempt, t.status.value, t.reason) for t in job.history() if t.status.terminal]
     return job, ends
 
