@@ -293,6 +293,12 @@ class _Submission:
         )
         create_attempt(self.storage, spec, handle.record(), write_payload=None)
 
+    def _launched(self, job_id: str) -> bool:
+        """The attempt's launch was recorded (the backend took it whole): a launch cut
+        short after the backend's first create (a Kubernetes Job made, its Secret not yet)
+        is not, and a resubmit launches it again (idempotent per job id)."""
+        return self.storage.exists(layout.job_file(job_id, layout.LAUNCHED))
+
     # ---- idempotency --------------------------------------------------------------------
     def _record_attempt(self, key: str, attempt: int, job_id: str) -> None:
         storage = self.storage
@@ -334,7 +340,9 @@ class _Submission:
                 state.status is JobStatus.SUCCEEDED and (reuse_succeeded or not state.collected)
             )
             if reusable:
-                if state.reason == Reason.SUBMITTING:
+                if state.reason == Reason.SUBMITTING or (
+                    not state.terminal and not self._launched(previous.job_id)
+                ):  # its submitter died (or lost the answer) before the launch was recorded
                     self.relaunch(previous)
                 return replace(previous, reattached=True)
             ended = (

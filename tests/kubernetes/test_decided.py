@@ -17,7 +17,7 @@ import pytest
 from tenacity import stop_after_attempt, wait_none
 
 import kinetic_core as kc
-from kinetic_core.backends.kubernetes import KubernetesBackend
+from kinetic_core.backends.kubernetes import KubernetesBackend, job_name
 from kinetic_core.backends.kubernetes import client as kube_client
 from kinetic_core.config.kubeconfig import kubeconfig_reference
 
@@ -92,7 +92,7 @@ def test_a_cancel_whose_delete_fails_after_its_dry_run_is_carried_out_before_a_r
 KILLED_CANCELLER = r"""
 import os, signal, sys
 import kinetic_core as kc
-from kinetic_core.backends.kubernetes import KubernetesBackend
+from kinetic_core.backends.kubernetes import KubernetesBackend, job_name
 
 def die(self, job_id):  # an Airflow worker killed in on_kill, after the record
     os.kill(os.getpid(), signal.SIGKILL)
@@ -280,3 +280,80 @@ def test_a_gracefully_deleted_worker_pod_recovers_the_gang_as_a_unit(
 
     _, ends = _gang_runs_once_at_a_time(kube, tmp_path, delete)
     assert ends == [(1, "FAILED", "Lost"), (2, "SUCCEEDED", None)]
+
+
+# ---- the signing-key Secret is never unowned ---------------------------------------------------
+
+KILLED_AFTER_CREATE = r"""
+import json, os, signal, sys
+import kinetic_core as kc
+import k8s_fns
+from kinetic_core.backends.kubernetes import client
+
+original = client.KubeClient.call
+
+def call(self, method, path, **kw):
+    answer = original(self, method, path, **kw)
+    made = method == "POST" and path.endswith("/" + sys.argv[3])
+    if made and not (kw.get("query") or {}).get("dryRun"):
+        os.kill(os.getpid(), signal.SIGKILL)  # right after the Job (JobSet) was created
+    return answer
+
+client.KubeClient.call = call
+target = kc.Target.from_dict(json.loads(sys.argv[1]))
+kc.submit(k8s_fns.square, (6,), target=target, idempotency_key=sys.argv[2])
+"""
+SECRET_KEY = "a-signing-key-for-issue-34"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("plural", ["jobs", "jobsets"])
+def test_a_submitter_killed_after_the_create_leaves_no_secret_unowned(
+    kube: kc.Target, plural: str
+) -> None:
+    """A submitter killed right after the Job (single-host) or JobSet (multi-host) create:
+    the orchestrator's keyed resubmit launches the job again, which runs, and its
+    signing-key Secret is owned by its Job, so it goes when the Job is deleted (before:
+    the Secret was made first and its owner patched in after the create; killed in
+    between, the Secret outlived its Job for ever)."""
+    target = kube.merge({"accelerator": SLICE} if plural == "jobsets" else {})
+    key = f"killed-{os.urandom(4).hex()}"
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_CREATE, target.to_json(), key, plural],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}",
+            "KINETIC_SIGNING_KEY": SECRET_KEY,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == -9, done.stderr
+    job = kc.submit(
+        k8s_fns.square,
+        (6,),
+        target=dataclasses.replace(target, signing_key=SECRET_KEY),
+        idempotency_key=key,
+    )
+    assert job.reattached
+    assert job.result(timeout=180, cleanup=False)["square"] == 36
+    backend = _backend(kube)
+    name = job_name(job.job_id)
+    secret = backend.client.call("GET", backend.client.ns("secrets", name))
+    kinds = [o["kind"] for o in secret["metadata"].get("ownerReferences") or []]
+    assert kinds == ["JobSet" if plural == "jobsets" else "Job"], secret["metadata"]
+    backend.client.call(  # someone deletes it (or its TTL does)
+        "DELETE", backend.client.ns(plural, name), body={"propagationPolicy": "Background"}
+    )
+
+    def secret_gone() -> bool:
+        found = backend.client.call(
+            "GET",
+            backend.client.ns("secrets"),
+            query={"labelSelector": f"kinetic/job-id={job.job_id}"},
+        )["items"]
+        return not found
+
+    _until("the Secret to go with its owner", secret_gone, timeout=120)

@@ -164,26 +164,30 @@ class KubernetesBackend:
     def create_job(self, spec: LaunchSpec, *, dry_run: bool = False) -> dict[str, Any]:
         """Create (or with ``dry_run`` server-side validate) the Job; returns what the API says.
 
-        Order, so that a submitter killed at any point leaves nothing or a job that runs:
-        the signing-key Secret first (labelled with the job id: cleanup and cancel find it
-        by name), then the Job, then the Secret's ownerReference to the Job (so the Job's
-        TTL removes it). A refused Job (400/422, 403) takes its Secret back with it. A
-        transient error stays a transient ``BackendError`` (the caller's policy retries
-        it), after a GET tells whether the create reached the server (its answer lost)."""
+        Order, so that a submitter killed at any point leaves nothing unowned: the Job (or
+        JobSet) first, then its signing-key Secret, created owned by it (so the Job's TTL,
+        or anyone's delete of it, removes the Secret too; issue 34). The Job's pod waits
+        for its Secret (a kubelet retries a missing Secret; it comes milliseconds after the
+        Job). A submitter killed in between leaves a Job whose pod waits: a keyed resubmit
+        launches it again (the Secret is made then), else it ends ``SecretMissing`` and its
+        TTL removes it. A refused Secret (400/422, 403) takes the Job this call created
+        back. A transient error stays a transient ``BackendError`` (the caller's policy
+        retries it), after a GET tells whether the create reached the server (its answer
+        lost)."""
         manifest = self._manifest(spec)
         name = manifest["metadata"]["name"]
-        secret = bool(spec.target.signing_key) and not dry_run
-        made_secret = self._create_secret(spec) if secret else False
         try:
             created, new = self._post_job(manifest, dry_run)
-        except (_JobAbsent, SubmissionError, PermissionDenied) as exc:
-            if made_secret:  # the Job surely does not exist: take its Secret back
-                self._undo(self.client.ns("secrets", name), f"Secret {name}")
-            if isinstance(exc, _JobAbsent):
-                raise exc.error from None
-            raise
-        if secret and created:
-            self._own_secret(name, created, undo=new)
+        except _JobAbsent as exc:
+            raise exc.error from None
+        if spec.target.signing_key and not dry_run:
+            try:
+                self._create_secret(spec, created)
+            except (SubmissionError, PermissionDenied):
+                if new:  # its pod never ran the function (it had no Secret): take it back
+                    plural = "jobsets" if manifest["kind"] == "JobSet" else "jobs"
+                    self._undo(self.client.ns(plural, name), f"{manifest['kind']} {name}")
+                raise
         return created
 
     def _post_job(self, manifest: dict[str, Any], dry_run: bool) -> tuple[dict[str, Any], bool]:
@@ -216,46 +220,37 @@ class KubernetesBackend:
             except BackendError:
                 raise exc from None  # unknown whether it exists: stays what it was
 
-    def _create_secret(self, spec: LaunchSpec) -> bool:
-        """The signing-key Secret (no owner yet); True when this call created it."""
+    def _create_secret(self, spec: LaunchSpec, owner: dict[str, Any]) -> None:
+        """The signing-key Secret, owned by ``owner`` (the Job or JobSet) from its creation.
+        One that exists already (a launch again, or one an older version made before its
+        Job and never gave an owner) is given the owner (best effort)."""
         name = job_name(spec.job_id)
+        body = secret_manifest(spec)
+        body["metadata"].update(owner_patch(name, owner)["metadata"])
         try:
             self.client.call(
-                "POST",
-                self.client.ns("secrets"),
-                body=secret_manifest(spec),
-                what=f"create Secret {name}",
+                "POST", self.client.ns("secrets"), body=body, what=f"create Secret {name}"
             )
         except KubeApiError as exc:
             if exc.status == 409:
-                return False
+                self._own_secret(name, owner)
+                return
             if exc.status in (400, 422):
                 raise SubmissionError(f"Kubernetes rejected Secret {name}: {exc.reason}") from exc
             raise
-        return True
 
-    def _own_secret(self, name: str, job: dict[str, Any], *, undo: bool) -> None:
-        """Make the Job own its Secret. Without permission to patch Secrets a Job this
-        launch created is undone (nothing left behind); a transient failure leaves a Job
-        that runs and a Secret that cancel/cleanup delete by name (a later launch adds the
-        owner)."""
+    def _own_secret(self, name: str, job: dict[str, Any]) -> None:
+        """Make the Job own an existing Secret; a failure is logged (cancel and cleanup
+        delete the Secret by name)."""
         try:
             self.client.call(
                 "PATCH",
                 self.client.ns("secrets", name),
                 body=owner_patch(name, job),
-                what=f"make Job {name} own Secret {name}",
+                what=f"make {job.get('kind', 'Job')} {name} own Secret {name}",
                 content_type="application/merge-patch+json",
             )
-        except PermissionDenied as exc:
-            if not undo:  # a Job launched before runs on: never delete what we did not make
-                log.warning("kinetic: %s", exc)
-                return
-            plural = "jobsets" if job.get("kind") == "JobSet" else "jobs"
-            self._undo(self.client.ns(plural, name), f"{job.get('kind', 'Job')} {name}")
-            self._undo(self.client.ns("secrets", name), f"Secret {name}")
-            raise
-        except BackendError as exc:
+        except (BackendError, ConfigError) as exc:
             log.warning("kinetic: %s (the job runs; cleanup deletes the Secret)", exc)
 
     def _undo(self, path: str, what: str) -> None:
