@@ -60,7 +60,7 @@ from kinetic_core.records import layout
 from kinetic_core.records.envelope import load_envelope, rebuild_exception
 from kinetic_core.records.history import Transition, transitions
 from kinetic_core.records.lifecycle import decide, read_outcome, try_write_record
-from kinetic_core.runtime import signals, telemetry
+from kinetic_core.runtime import debugging, signals, telemetry
 from kinetic_core.states import JobState, JobStatus, Reason
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import registry, signing
@@ -659,6 +659,7 @@ class JobHandle:
         for job_id, _ in self._attempts():
             if backend:
                 attempts_backend.delete(job_id)
+                _forget_hold(st, job_id)  # its held processes went with the backend's
             if storage:
                 for name in layout.ENVELOPES:
                     st.delete(layout.job_file(job_id, name))
@@ -666,6 +667,29 @@ class JobHandle:
                 delete_outputs(st, job_id, self.target.get("output_dir"))
 
     acleanup = in_thread(cleanup)
+
+    def debug_hold(self, state: JobState | None = None) -> dict[str, Any] | None:
+        """How to get into this failed ``debug=True`` job's held processes or pod (its
+        ``debug.json``: pod, namespace, container, or pids and host; ``held_until``), or
+        None when nothing is held. Only while the backend still runs the attempt: a record
+        whose processes are gone (the pod killed or deleted, the machine restarted) is
+        removed here (best effort), so nobody is sent to look for them. ``state``: the
+        job's state when the caller just read it."""
+        state = state or self.state()
+        if state.status is not JobStatus.FAILED:
+            return None
+        storage = self._storage()
+        info = debugging.held(storage, state.job_id)
+        if info is None:
+            return None
+        backend = backend_for(self)
+        polled = backend.poll([state.job_id]).get(state.job_id, BackendState("not_found"))
+        if running(polled):
+            return info
+        _forget_hold(storage, state.job_id)
+        return None
+
+    adebug_hold = in_thread(debug_hold)
 
     # ---- signals and telemetry (neuro's send_signal and top) ------------------------------
     def send_signal(
@@ -773,6 +797,15 @@ class JobHandle:
             except JobNotFound:
                 continue
         return found
+
+
+def _forget_hold(storage: Storage, job_id: str) -> None:
+    """Remove a debug hold's record whose processes are gone (best effort: a reader with
+    read-only storage leaves it; ``debug_hold`` checks the backend all the same)."""
+    try:
+        storage.delete(layout.job_file(job_id, debugging.DEBUG))
+    except (KineticError, OSError) as exc:
+        log.debug("kinetic: could not remove the debug record of %s: %s", job_id, exc)
 
 
 def _check_result_args(timeout: Any, on_status_change: Any, cleanup_timeout: Any) -> None:
