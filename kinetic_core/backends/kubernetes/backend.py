@@ -55,6 +55,14 @@ LOG_CHUNK_LINES = POD_LINES  # lines per read_logs chunk from a pod (a public na
 
 # The tag of a batch driver job (``batch/stager.py``): it reaches the API in-cluster.
 DRIVER_TAG = "kinetic/batch-driver"
+#: What a batch's driver does with its pod's service account: (API group, resource, verb)
+#: it must be allowed, checked up front by a SubjectAccessReview (``check_launch``).
+DRIVER_NEEDS = (
+    ("batch", "jobs", "create"),
+    ("batch", "jobs", "get"),
+    ("batch", "jobs", "list"),
+    ("", "pods", "list"),
+)
 # Job ids per label-selected LIST: keeps the request URL well under server limits.
 POLL_CHUNK = 400
 # The label Kueue puts on a job's Workload: the uid of the job (our JobSet).
@@ -132,6 +140,60 @@ class KubernetesBackend:
                     "service-account token, but the target's pod options set "
                     "automountServiceAccountToken: false: remove it from the target's "
                     "pod_template (the driver would have no credentials)."
+                )
+            self._check_driver_access(spec)
+
+    def _check_driver_access(self, spec: LaunchSpec) -> None:
+        """Ask the API server (a SubjectAccessReview) whether the driver's service account
+        may do what a driver does (``DRIVER_NEEDS``); refuse the batch up front with
+        ``PermissionDenied`` naming what it lacks, before anything is written (else the
+        driver fails seconds after ``submit_map`` returned, and its children never launch).
+        A submitter that may not ask (no ``create`` on ``subjectaccessreviews``), or an
+        API that does not answer, is not refused: the driver's own error says it then."""
+        account = spec.target.service_account or "default"
+        user = f"system:serviceaccount:{self.namespace}:{account}"
+        groups = [
+            "system:serviceaccounts",
+            f"system:serviceaccounts:{self.namespace}",
+            "system:authenticated",
+        ]
+        needs = [*DRIVER_NEEDS, *([("", "secrets", "create")] if spec.target.signing_key else [])]
+        for group, resource, verb in needs:
+            review = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": user,
+                    "groups": groups,
+                    "resourceAttributes": {
+                        "namespace": self.namespace,
+                        "verb": verb,
+                        "group": group,
+                        "resource": resource,
+                    },
+                },
+            }
+            try:
+                answer = self.client.call(
+                    "POST",
+                    "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                    body=review,
+                    what=f"ask whether service account {account} may {verb} {resource}",
+                )
+            except (BackendError, ConfigError) as exc:
+                log.debug("kinetic: cannot check the batch driver's permissions: %s", exc)
+                return
+            if not (answer.get("status") or {}).get("allowed"):
+                raise PermissionDenied(
+                    f"A detached batch's driver runs as service account {account} in namespace "
+                    f"{self.namespace}, which may not {verb} {resource}"
+                    f"{f' ({group})' if group else ''}: grant it in a Role bound to that "
+                    "service account (the batch's children are launched with it), or set the "
+                    "target's service_account to one that may. Nothing was submitted.",
+                    verb=verb,
+                    resource=resource,
+                    namespace=self.namespace,
+                    user=user,
                 )
 
     def _manifest(self, spec: LaunchSpec) -> dict[str, Any]:
