@@ -86,7 +86,9 @@ def test_a_debug_hold_goes_with_its_killed_pod_and_with_cleanup(
     assert job.wait(timeout=120).status is kc.JobStatus.FAILED
     backend = _backend(kube)
     (pod,) = _pods(backend, job.job_id)
-    assert job.debug_hold() is not None  # held: its pod runs
+    capsys.readouterr()
+    main(["jobs", "status", job.job_id])
+    assert "kubectl exec" in capsys.readouterr().out  # held: its pod runs
     backend.client.call(
         "DELETE", backend.client.ns("pods", pod["metadata"]["name"]), body={"gracePeriodSeconds": 0}
     )
