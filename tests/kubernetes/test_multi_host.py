@@ -233,7 +233,7 @@ def test_a_finished_slice_goes_with_its_ttl_as_a_single_host_job_does(tpu: kc.Ta
     target = tpu.merge({"signing_key": "a-key-for-the-ttl", "ttl_after_finished": 3})
     job = kc.submit(k8s_fns.square, (4,), target=target)
     backend = _backend(target)
-    assert job.wait(timeout=180).status is kc.JobStatus.SUCCEEDED
     assert "jobsets" in _objects(backend, job.job_id)
+    assert job.wait(timeout=180).status is kc.JobStatus.SUCCEEDED
     _until("the finished slice's objects to go", lambda: not _objects(backend, job.job_id) or None)
     assert job.state().status is kc.JobStatus.SUCCEEDED  # the record of truth is storage
