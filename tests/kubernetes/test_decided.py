@@ -357,3 +357,40 @@ def test_a_submitter_killed_after_the_create_leaves_no_secret_unowned(
         return not found
 
     _until("the Secret to go with its owner", secret_gone, timeout=120)
+
+
+def test_a_failed_jobset_with_a_live_worker_pod_is_not_ended() -> None:
+    """What the gang cases rely on, without a cluster: a Failed JobSet (worker 1 first)
+    reads running ``Terminating`` while worker 0's pod lives, and worker 1's refused
+    replacement pod (exit 117) reads as gone (Lost), not that exit's Error."""
+    from kinetic_core.backends.kubernetes.slice_states import jobset_state
+    from kinetic_core.states import REFUSED_EXIT_CODE
+
+    index = "jobset.sigs.k8s.io/job-index"
+
+    def pod(i: int, phase: str, code: int | None = None) -> dict[str, Any]:
+        state = {"terminated": {"exitCode": code}} if code is not None else {"running": {}}
+        return {
+            "metadata": {"name": f"p{i}-{phase}", "labels": {index: str(i)}},
+            "status": {"phase": phase, "containerStatuses": [{"name": "runner", "state": state}]},
+        }
+
+    failed = {"type": "Failed", "status": "True", "message": "(first failed job: js-workers-1)"}
+    jobset = {
+        "metadata": {"labels": {}},
+        "spec": {"replicatedJobs": [{"replicas": 2}]},
+        "status": {"conditions": [failed]},
+    }
+    jobs = [
+        {"metadata": {"labels": {index: "0"}}, "status": {}},
+        {
+            "metadata": {"labels": {index: "1"}},
+            "status": {"conditions": [{"type": "Failed", "status": "True"}]},
+        },
+    ]
+    refused = pod(1, "Failed", REFUSED_EXIT_CODE)
+    stopping = jobset_state(jobset, jobs, [pod(0, "Running"), refused])
+    assert (stopping.phase, stopping.reason) == ("running", "Terminating"), stopping
+    assert "worker 0 still stopping" in (stopping.message or "")
+    ended = jobset_state(jobset, jobs, [pod(0, "Failed", 143), refused])
+    assert ended.phase == "gone" and "worker 1" in (ended.message or ""), ended
