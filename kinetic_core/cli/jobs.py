@@ -27,7 +27,6 @@ from kinetic_core.cli.common import (
 from kinetic_core.control.polling import poll_ticks
 from kinetic_core.control.usage import combine, per_job
 from kinetic_core.runtime import debugging
-from kinetic_core.storage import open_storage
 from kinetic_core.util.words import plural
 
 job_id_argument = click.argument("job_id", shell_complete=complete_job_id)
@@ -190,10 +189,9 @@ def status(ctx: click.Context, job_id: str, as_json: bool) -> int:
 
 
 def _held(handle: kc.JobHandle, state: kc.JobState) -> dict[str, Any] | None:
-    """The debug record of a failed ``debug=True`` job still held for inspection."""
-    if state.status is not kc.JobStatus.FAILED:
-        return None
-    return debugging.held(open_storage(handle.storage), state.job_id)
+    """The debug record of a failed ``debug=True`` job still held for inspection (its
+    processes or pod still there)."""
+    return handle.debug_hold(state)
 
 
 @jobs.command()

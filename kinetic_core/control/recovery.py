@@ -26,10 +26,10 @@ from kinetic_core.backends import Backend, BackendState, get_backend, running
 from kinetic_core.config import hooks
 from kinetic_core.config.target import Target
 from kinetic_core.control.launching import AttemptTaken, create_attempt, launch_spec
-from kinetic_core.errors import BackendError, KineticError
+from kinetic_core.errors import BackendError, CorruptRecord, KineticError, SubmissionError
 from kinetic_core.records import layout
 from kinetic_core.records.envelope import rebind_envelope
-from kinetic_core.records.lifecycle import read_json, write_record
+from kinetic_core.records.lifecycle import BY_RUNNER, read_json, read_outcome, write_record
 from kinetic_core.states import JobRef, JobState, JobStatus, Reason, recoverable_reason
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import ids, signing
@@ -88,9 +88,21 @@ class OldAttemptRunning(KineticError):
     """A process of the ended attempt is still alive: its successor waits for it."""
 
 
+class RecoveryBlocked(OldAttemptRunning):
+    """This observer cannot start the next attempt (a permission its credentials lack,
+    storage it cannot write): the job stays ``Recovering`` until an observer that can
+    act does. Never a terminal state: another observer may still recover it."""
+
+
+#: Errors starting a successor that no observer can get past: the recovery is given up
+#: for good (recorded create-only in ``superseded.json``) and the job ends as attempt n.
+FINAL_RECOVERY_ERRORS: tuple[type[KineticError], ...] = (SubmissionError, CorruptRecord)
+
+
 def recovering(state: JobState, why: OldAttemptRunning) -> JobState:
-    """The state of a job whose ended attempt's processes are still stopping: PENDING
-    ``Recovering`` until its successor can start."""
+    """The state of a job whose ended attempt's processes are still stopping, or whose
+    recovery this observer cannot start: PENDING ``Recovering`` until its successor
+    can start (the message says what it waits for)."""
     return dataclasses.replace(
         state,
         status=JobStatus.PENDING,
@@ -108,24 +120,54 @@ def successor(ref: JobRef, state: JobState) -> JobRef | None:
     if not recoverable_end(ref, state):
         return None  # no storage read for the jobs that end as they ended
     storage = open_storage(ref.storage)
-    found = _recorded(storage, ref)
+    record = read_json(storage, layout.job_file(ref.job_id, layout.SUPERSEDED))
+    if record is not None and record.get("job_id") == ref.job_id and record.get("given_up"):
+        return None  # given up for good: nobody recovers it afterwards
+    found = _recorded(storage, ref, record)
     if found is None and recoverable(ref, state):
         try:
             found = _start(storage, ref, state)
-        except OldAttemptRunning:  # not a failed recovery: the successor waits for it
+        except OldAttemptRunning:
             raise
+        except FINAL_RECOVERY_ERRORS as exc:
+            _give_up(storage, ref, exc)
+            return _recorded(storage, ref)  # a racing observer's successor, if it was first
         except BackendError as exc:
             if exc.transient:
                 raise
-            log.warning("kinetic: could not recover job %s: %s", ref.job_id, exc)
-            return None
+            raise _blocked(ref, state, exc) from exc
         except (KineticError, OSError) as exc:
-            log.warning("kinetic: could not recover job %s: %s", ref.job_id, exc)
-            return None
+            raise _blocked(ref, state, exc) from exc
     if found is not None:
         with _lock:
             _successors[(ref.storage, ref.job_id)] = found
     return found
+
+
+def _blocked(ref: JobRef, state: JobState, exc: Exception) -> RecoveryBlocked:
+    """This observer cannot start the next attempt: the job reads ``Recovering`` with why
+    (the missing permission), not the end of attempt n, which a later observer with the
+    rights would turn into a success (a terminal state that flips)."""
+    log.warning("kinetic: cannot recover job %s from this process: %s", ref.job_id, exc)
+    return RecoveryBlocked(
+        f"attempt {ref.attempt} ({ref.job_id}) ended {state.reason}; its recovery cannot "
+        f"start from this process: {exc}. It starts when an observer that can (e.g. with "
+        "the permission granted) reads the job's state"
+    )
+
+
+def _give_up(storage: Storage, ref: JobRef, exc: Exception) -> None:
+    """Record, create-only, that the job is not recovered: every observer then reads
+    attempt n's end, and none starts a successor afterwards."""
+    log.warning("kinetic: the recovery of job %s is given up: %s", ref.job_id, exc)
+    write_record(
+        storage,
+        ref.job_id,
+        layout.SUPERSEDED,
+        create_only=True,
+        given_up=True,
+        error=f"{type(exc).__name__}: {exc}",
+    )
 
 
 def _next_ref(ref: JobRef, record: dict[str, Any]) -> JobRef:
@@ -147,8 +189,9 @@ def _next_ref(ref: JobRef, record: dict[str, Any]) -> JobRef:
     )
 
 
-def _recorded(storage: Storage, ref: JobRef) -> JobRef | None:
-    record = read_json(storage, layout.job_file(ref.job_id, layout.SUPERSEDED))
+def _recorded(storage: Storage, ref: JobRef, record: dict[str, Any] | None = None) -> JobRef | None:
+    if record is None:
+        record = read_json(storage, layout.job_file(ref.job_id, layout.SUPERSEDED))
     # Bound to the job: it must name this job and the one id its successor can have.
     if (
         record is None
@@ -236,6 +279,28 @@ def _stop_old_attempt(backend: Backend, ref: JobRef) -> None:
             f"attempt {ref.attempt} ({ref.job_id}) ended; its processes are still stopping, "
             f"then attempt {ref.attempt + 1} starts"
         )
+
+
+def wait_attempt_gone(backend: Backend, ref: JobRef, timeout: float) -> None:
+    """Before a new attempt of ``ref``'s key starts (a keyed resubmit of an ended job):
+    every process of the ended attempt is stopped and gone, so two runs of one key never
+    overlap. A stop decided by anyone but the runner is carried out (the runner's own end
+    is let finish); ``OldAttemptRunning`` when its processes outlast ``timeout``."""
+    deadline = time.monotonic() + timeout
+    stopped = False
+    while running(backend.poll([ref.job_id]).get(ref.job_id, BackendState("not_found"))):
+        if not stopped:
+            outcome = read_outcome(open_storage(ref.storage), ref.job_id)
+            if outcome is None or outcome.get("by") != BY_RUNNER:
+                backend.cancel(ref.job_id)
+            stopped = True
+        if time.monotonic() >= deadline:
+            raise OldAttemptRunning(
+                f"attempt {ref.attempt} ({ref.job_id}) of this key ended but its processes "
+                f"still run after {timeout:g}s; submit again once they stopped (a new attempt "
+                "never runs beside them)"
+            )
+        time.sleep(1.0)
 
 
 def _created_at(storage: Storage, job_id: str) -> float | None:

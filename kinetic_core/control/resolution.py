@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kinetic_core.backends import Backend, BackendState, get_backend
+from kinetic_core.backends import Backend, BackendState, get_backend, running
 from kinetic_core.config.target import DEFAULT_LOST_GRACE, Target
 from kinetic_core.control import recovery
 from kinetic_core.errors import KineticError
@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 # Backends enforce life_span themselves; this is the fallback after that much extra time.
 DEADLINE_GRACE = 30.0
+#: A stop decided this recently is still being carried out by its decider (its delete
+#: follows the record within a moment): observers leave it to the decider that long.
+STOP_IN_FLIGHT = 10.0
 
 
 # Targets rebuilt from stored ones, by (stored target, handle's key): a Target is frozen
@@ -197,14 +200,55 @@ class _Seen:
 def _resolve_one(
     ref: JobRef, b: BackendState, backend: Backend, now: float, enforce: bool
 ) -> JobState:
-    """Observe, enforce the limits, decide, seal: each step its own function."""
+    """Observe, enforce the limits, decide, seal, carry out: each step its own function."""
     seen = _observe(ref, b, backend, now)
     if enforce and (passed := _limit_passed(seen)) is not None:
         stopped = _stop(seen, backend, *passed)
         if stopped is not None:
             return stopped
     found = _decide(seen)
-    return _seal(seen, found) if seen.outcome is None and found.terminal else found
+    if seen.outcome is not None:
+        carry_out(seen.ref.job_id, seen.outcome, seen.backend, backend, seen.now)
+        return found
+    return _seal(seen, found) if found.terminal else found
+
+
+def undone(outcome: dict[str, Any] | None, b: BackendState, now: float) -> bool:
+    """A decided end that the backend does not honour yet: the outcome was decided by
+    anyone but the runner (a cancel, a limit, a sealed observation: each means "no
+    process of this job runs"), past ``STOP_IN_FLIGHT`` (its decider is no longer
+    deleting it), and the backend still runs the job, its processes not already being
+    stopped (``Terminating``: their grace period is respected)."""
+    if outcome is None or outcome.get("by") == BY_RUNNER or not running(b):
+        return False
+    if b.reason == Reason.TERMINATING:
+        return False
+    at = outcome.get("at")
+    return not isinstance(at, int | float) or now - at >= STOP_IN_FLIGHT
+
+
+def carry_out(
+    job_id: str, outcome: dict[str, Any] | None, b: BackendState, backend: Backend, now: float
+) -> None:
+    """Make a decided end true: whoever observes a decided stop while the backend still
+    runs the job stops it (idempotent: ``cancel`` of a stopping or gone job is a no-op).
+    The canceller's delete may have failed (an outage after its record) or never come
+    (it was killed in between); the state read stays the decided one either way. A
+    failure here is logged: the next observer tries again."""
+    if not undone(outcome, b, now):
+        return
+    log.warning(
+        "kinetic: job %s was decided %s (%s) but the backend still runs it: stopping it",
+        job_id,
+        (outcome or {}).get("status"),
+        (outcome or {}).get("by"),
+    )
+    try:
+        backend.cancel(job_id)
+    except KineticError as exc:
+        log.warning(
+            "kinetic: could not stop job %s (the next observer tries again): %s", job_id, exc
+        )
 
 
 def _observe(ref: JobRef, b: BackendState, backend: Backend, now: float) -> _Seen:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from kinetic_core.backends import Backend, BackendKind, running
+from kinetic_core.backends import Backend, BackendKind, BackendState, running
 from kinetic_core.config.target import Target
 from kinetic_core.control import recovery
 from kinetic_core.control.logs import (
@@ -62,7 +62,7 @@ from kinetic_core.records.envelope import load_envelope, rebuild_exception
 from kinetic_core.records.history import Transition, transitions
 from kinetic_core.records.lifecycle import decide, read_outcome, try_write_record
 from kinetic_core.records.preview import Preview, shown
-from kinetic_core.runtime import signals, telemetry
+from kinetic_core.runtime import debugging, signals, telemetry
 from kinetic_core.states import JobState, JobStatus, Reason
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import registry, signing
@@ -610,7 +610,9 @@ class JobHandle:
         """Cancel the job durably. True only if this call decided that the job ends
         CANCELLED: from its return on every reader sees CANCELLED (the state is final at
         once). False if the job had already ended or another decider came first (its
-        function returned, a deadline, another cancel); that outcome stays.
+        function returned, a deadline, another cancel); that outcome stays. A job already
+        decided CANCELLED whose processes still run (an earlier cancel's delete failed, or
+        its canceller died before it) is stopped now, and True is returned.
 
         Waits up to ``wait`` seconds for the job's processes to stop (0: return at once).
         A backend that would refuse the stop (``check_cancel``: e.g. ``PermissionDenied``,
@@ -622,11 +624,11 @@ class JobHandle:
                 "wait", wait
             )
         state = self.state()
-        if state.terminal:
-            return False
         if state.job_id != self.job_id:  # recovered: cancel the attempt that runs now
             return self.current().cancel(wait=wait)
         backend = backend_for(self)
+        if state.terminal:
+            return self._carry_out_cancel(backend, wait)
         check = getattr(backend, "check_cancel", None)
         if check is not None:  # e.g. PermissionDenied: nothing is recorded, the job runs on
             check(self.job_id)
@@ -641,6 +643,22 @@ class JobHandle:
             created_at=self.created_at,
         )
         if not won:
+            return False
+        backend.cancel(self.job_id)
+        if wait > 0:
+            self._wait_stopped(backend, wait)
+        return True
+
+    def _carry_out_cancel(self, backend: Backend, wait: float) -> bool:
+        """``cancel`` of a job that reads ended. A cancel decided earlier whose stop never
+        happened (its delete failed in an outage, its canceller was killed after the
+        record) is carried out now, and True is returned: the job ends CANCELLED and this
+        call made its processes stop. A failing delete raises (``BackendError``), as the
+        first call's did. Any other end: False, nothing done."""
+        outcome = read_outcome(self._storage(), self.job_id)
+        if outcome is None or outcome.get("status") != JobStatus.CANCELLED.value:
+            return False
+        if not running(backend.poll([self.job_id]).get(self.job_id, BackendState("not_found"))):
             return False
         backend.cancel(self.job_id)
         if wait > 0:
@@ -705,6 +723,7 @@ class JobHandle:
         for job_id, _ in self._attempts():
             if backend:
                 attempts_backend.delete(job_id)
+                _forget_hold(st, job_id)  # its held processes went with the backend's
             if storage:
                 for name in layout.ENVELOPES:
                     st.delete(layout.job_file(job_id, name))
@@ -712,6 +731,29 @@ class JobHandle:
                 delete_outputs(st, job_id, self.target.get("output_dir"))
 
     acleanup = in_thread(cleanup)
+
+    def debug_hold(self, state: JobState | None = None) -> dict[str, Any] | None:
+        """How to get into this failed ``debug=True`` job's held processes or pod (its
+        ``debug.json``: pod, namespace, container, or pids and host; ``held_until``), or
+        None when nothing is held. Only while the backend still runs the attempt: a record
+        whose processes are gone (the pod killed or deleted, the machine restarted) is
+        removed here (best effort), so nobody is sent to look for them. ``state``: the
+        job's state when the caller just read it."""
+        state = state or self.state()
+        if state.status is not JobStatus.FAILED:
+            return None
+        storage = self._storage()
+        info = debugging.held(storage, state.job_id)
+        if info is None:
+            return None
+        backend = backend_for(self)
+        polled = backend.poll([state.job_id]).get(state.job_id, BackendState("not_found"))
+        if running(polled):
+            return info
+        _forget_hold(storage, state.job_id)
+        return None
+
+    adebug_hold = in_thread(debug_hold)
 
     # ---- signals and telemetry (neuro's send_signal and top) ------------------------------
     def send_signal(
@@ -828,6 +870,15 @@ _CLEANUP_UNNEEDED = {
     **_POLL_UNNEEDED,
     "cleanup_timeout": "cleanup() deletes without waiting for the deletion",
 }
+
+
+def _forget_hold(storage: Storage, job_id: str) -> None:
+    """Remove a debug hold's record whose processes are gone (best effort: a reader with
+    read-only storage leaves it; ``debug_hold`` checks the backend all the same)."""
+    try:
+        storage.delete(layout.job_file(job_id, debugging.DEBUG))
+    except (KineticError, OSError) as exc:
+        log.debug("kinetic: could not remove the debug record of %s: %s", job_id, exc)
 
 
 def _check_result_args(timeout: Any, on_status_change: Any, cleanup_timeout: Any) -> None:

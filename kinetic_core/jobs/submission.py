@@ -22,7 +22,9 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt
 from kinetic_core.backends import BackendKind
 from kinetic_core.config import hooks
 from kinetic_core.config.target import Target, validate_tags
+from kinetic_core.control import recovery
 from kinetic_core.control.launching import AttemptTaken, create_attempt, launch_spec
+from kinetic_core.control.resolution import backend_for
 from kinetic_core.data.inputs import Data, check_volumes, fuse_volumes, reference_data
 from kinetic_core.data.inputs import prepare as prepare_data
 from kinetic_core.data.outputs import check_output_dir
@@ -40,6 +42,11 @@ from kinetic_core.util.ids import keyed_id, new_id
 from kinetic_core.util.waits import in_thread
 
 __all__ = ["asubmit", "launch_staged", "prepare", "submit"]
+
+
+#: How long a keyed submit waits for the processes of the key's ended attempt to stop
+#: (a pod's default grace period is 30 s) before it refuses to start the next beside them.
+OLD_ATTEMPT_WAIT = 90.0
 
 
 class _Raced(Exception):
@@ -338,6 +345,12 @@ class _Submission:
         )
         create_attempt(self.storage, spec, handle.record(), write_payload=None)
 
+    def _launched(self, job_id: str) -> bool:
+        """The attempt's launch was recorded (the backend took it whole): a launch cut
+        short after the backend's first create (a Kubernetes Job made, its Secret not yet)
+        is not, and a resubmit launches it again (idempotent per job id)."""
+        return self.storage.exists(layout.job_file(job_id, layout.LAUNCHED))
+
     # ---- idempotency --------------------------------------------------------------------
     def _check_same_call(self, key: str, previous: JobHandle) -> None:
         """IdempotencyConflict when ``previous`` (the job ``key`` would return) runs another
@@ -403,9 +416,17 @@ class _Submission:
             if reusable:
                 if not reattach_any:
                     self._check_same_call(key, previous)
-                if state.reason == Reason.SUBMITTING:
+                if state.reason == Reason.SUBMITTING or (
+                    not state.terminal and not self._launched(previous.job_id)
+                ):  # its submitter died (or lost the answer) before the launch was recorded
                     self.relaunch(previous)
                 return replace(previous, reattached=True)
+            ended = (
+                previous
+                if state.job_id == previous.job_id
+                else load_handle(self.storage, state.job_id, self.target.signing_key)
+            )
+            recovery.wait_attempt_gone(backend_for(ended), ended, OLD_ATTEMPT_WAIT)
         return self.create(keyed_id(key, latest + 1), attempt=latest + 1, key=key)
 
 

@@ -91,7 +91,14 @@ def test_two_stops_the_first_one_decides(scripted: type[ScriptedBackend]) -> Non
     state = job.state()
     assert (state.status, state.message) == (kc.JobStatus.CANCELLED, "first"), state
     assert _outcome(job)["message"] == "first"
-    assert job.cancel(wait=0) is False  # already decided
+    # Already decided, but its processes still run: a repeated cancel() carries the stop
+    # out again (issue 34), it does not just say False; the decided outcome stays.
+    before = scripted.cancelled.count(job.job_id)
+    assert job.cancel(wait=0) is True
+    assert scripted.cancelled.count(job.job_id) == before + 1
+    assert _outcome(job)["message"] == "first"
+    scripted.phases[job.job_id] = BackendState("gone", message="deleted by cancel")
+    assert job.cancel(wait=0) is False  # decided and stopped: nothing left to do
 
 
 def test_cancel_of_a_job_still_being_submitted_runs_nothing(

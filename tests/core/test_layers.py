@@ -26,8 +26,7 @@ ALLOWED: dict[str, set[str]] = {
         "kinetic_core.control.polling",  # poll_ticks: `jobs top`'s refresh loop, internal
         "kinetic_core.control.usage",  # combine, per_job: the usage table's grouping
         "kinetic_core.ops.gc",  # cutoff_of: parses --older-than as collect_garbage does
-        "kinetic_core.runtime.debugging",  # describe, held: a debug hold's facts, internal
-        "kinetic_core.storage",  # open_storage: the store is no public API
+        "kinetic_core.runtime.debugging",  # describe: a debug hold's line, internal
         "kinetic_core.ui",  # serve: the facade exports only dashboard_app
         "kinetic_core.util.words",  # plural: "1 job", "2 jobs", no public API
     },

@@ -275,6 +275,58 @@ def slice_resumable(workdir: str, steps: int = 10) -> dict[str, object]:
     return {"resumed_from": start, "job_id": job_id}
 
 
+def slice_journaled(path: str, shutdown_seconds: float) -> str:
+    """Every worker appends "<job id> <worker> <event>" lines to ``path``: start; in
+    attempt 1 (a keyed job id ending ``-1``, which waits to be stopped) its process traps
+    SIGTERM and keeps running ``shutdown_seconds`` (as a process flushing its work does,
+    whatever the runner would do), then appends "stopped" and exits 143; later attempts
+    finish at once. Tells whether two attempts of one gang ever ran at once. Worker 0's
+    value is its job id."""
+    import signal
+
+    import kinetic_core as kc
+
+    job_id = os.environ["KINETIC_JOB_ID"]
+    me = kc.worker()
+
+    def log(event: str) -> None:
+        with open(path, "a") as fh:
+            fh.write(f"{job_id} {me.index} {event}\n")
+
+    if job_id.endswith("-1"):
+
+        def stop(signum: int, frame: object) -> None:
+            time.sleep(shutdown_seconds)
+            log("stopped")
+            os._exit(143)
+
+        signal.signal(signal.SIGTERM, stop)
+        log(f"start pid={os.getpid()}")
+    else:  # which processes of earlier attempts still live (pods of the agent run here)
+        log(f"start beside={_alive_elsewhere(path, job_id)}")
+    if job_id.endswith("-1"):
+        time.sleep(600)  # until its pod is stopped
+    log("done")
+    return job_id
+
+
+def _alive_elsewhere(path: str, job_id: str) -> list[int]:
+    """The pids journaled by other attempts whose process still runs (not a zombie)."""
+    alive = []
+    for line in _read(path).splitlines():
+        words = line.split()
+        if words[0] == job_id or not words[-1].startswith("pid="):
+            continue
+        pid = int(words[-1][4:])
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.append(pid)
+        except OSError:
+            continue
+    return alive
+
+
 def _resume_point(checkpoint: str) -> int:
     """The step an earlier run checkpointed (0 for a first run)."""
     return int(_read(checkpoint)) if os.path.exists(checkpoint) else 0

@@ -73,3 +73,36 @@ def test_a_failed_debug_pod_stays_running_until_cleanup(
             break
     assert _pods(backend, job.job_id) == [] and _job(backend, job.job_id) is None
     assert kc.attach(job.job_id).state().status is kc.JobStatus.FAILED
+
+
+def test_a_debug_hold_goes_with_its_killed_pod_and_with_cleanup(
+    kube: kc.Target, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A held job's pod killed (deleted at once, no SIGTERM to release the hold): the hold
+    record goes with it, so ``kinetic jobs status`` no longer sends anyone to ``kubectl
+    exec`` into a pod that is gone, and nothing of it is left after ``cleanup()`` (issue
+    34, item 7; before: the status said it was kept Running, for 24 h)."""
+    job = kc.submit(k8s_fns.exit_with, (3,), target=kube, debug=True)
+    assert job.wait(timeout=120).status is kc.JobStatus.FAILED
+    backend = _backend(kube)
+    (pod,) = _pods(backend, job.job_id)
+    capsys.readouterr()
+    main(["jobs", "status", job.job_id])
+    assert "kubectl exec" in capsys.readouterr().out  # held: its pod runs
+    backend.client.call(
+        "DELETE", backend.client.ns("pods", pod["metadata"]["name"]), body={"gracePeriodSeconds": 0}
+    )
+
+    def released() -> bool:
+        capsys.readouterr()
+        main(["jobs", "status", job.job_id])
+        return "kubectl exec" not in capsys.readouterr().out
+
+    for _ in poll_ticks(interval=0.5, timeout=90, describe=lambda: "the hold to go with its pod"):
+        if released():
+            break
+    assert job.debug_hold() is None
+    assert debugging.read(open_storage(job.storage), job.job_id) is None
+    job.cleanup()
+    assert debugging.read(open_storage(job.storage), job.job_id) is None
+    assert kc.attach(job.job_id).state().status is kc.JobStatus.FAILED

@@ -223,3 +223,17 @@ def test_polling_multi_host_jobs_costs_the_same_requests_for_1_or_10(
         assert {k: after[k] - before[k] for k in kinds} == dict.fromkeys(kinds, 1)
     for job in jobs:
         job.cancel()
+
+
+def test_a_finished_slice_goes_with_its_ttl_as_a_single_host_job_does(tpu: kc.Target) -> None:
+    """A finished multi-host job's JobSet carries the single-host Job's
+    ``ttlSecondsAfterFinished`` (issue 34, item 9): JobSet deletes it that long after it
+    finished, and its Jobs, pods, Service and Secret go with it (before: no TTL, so all of
+    it stayed until ``cleanup()``; on GKE, for ever)."""
+    target = tpu.merge({"signing_key": "a-key-for-the-ttl", "ttl_after_finished": 3})
+    job = kc.submit(k8s_fns.square, (4,), target=target)
+    backend = _backend(target)
+    assert "jobsets" in _objects(backend, job.job_id)
+    assert job.wait(timeout=180).status is kc.JobStatus.SUCCEEDED
+    _until("the finished slice's objects to go", lambda: not _objects(backend, job.job_id) or None)
+    assert job.state().status is kc.JobStatus.SUCCEEDED  # the record of truth is storage

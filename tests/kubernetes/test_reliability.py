@@ -241,12 +241,13 @@ def test_rejected_job_leaves_no_secret(kube: kc.Target) -> None:
     assert secrets == []
 
 
-def test_secret_comes_first_and_is_owned_by_its_job(
+def test_secret_is_owned_by_its_job_from_its_creation(
     kube: kc.Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The submitter dies right after creating the Secret: no Job exists (nothing runs
-    without its key), and the Secret carries the job's label, so cancel/cleanup find it.
-    A whole submit leaves a Secret owned by its Job (the Job's TTL removes it)."""
+    """The Job comes first, then its Secret, created owned by it (issue 34): a submitter
+    dying right after the Secret's create leaves a Job and a Secret that goes with it
+    (the Job's TTL, or any delete of it, removes the Secret); cancel/cleanup find both by
+    the job's label. A whole submit leaves a Secret owned by its Job."""
     target = kube.merge({"signing_key": "k3y"})
     backend = _backend(target)
     real_call = backend.client.call
@@ -264,7 +265,8 @@ def test_secret_comes_first_and_is_owned_by_its_job(
         kc.submit(k8s_fns.square, (1,), target=target)
     [name] = created
     secret = _get(backend, "secrets", name)
-    assert secret is not None and _get(backend, "jobs", name) is None
+    assert secret is not None and _get(backend, "jobs", name) is not None
+    assert [o["kind"] for o in secret["metadata"].get("ownerReferences", [])] == ["Job"]
     job_id = secret["metadata"]["labels"]["kinetic/job-id"]
     backend.cancel(job_id)
     assert _get(backend, "secrets", name) is None

@@ -100,11 +100,21 @@ def _submit_without(
 # ---- case 3: a Role without `secrets: create` -----------------------------------------------
 
 
+def _nothing_left(admin: KubernetesBackend, job_id: str) -> dict[str, list[str]]:
+    """What is left of the job once what a failed submit took back is gone."""
+    for _ in poll_ticks(interval=0.5, timeout=30, describe=lambda: "the undone objects to go"):
+        if not _objects(admin, job_id):
+            break
+    return _objects(admin, job_id)
+
+
 def test_submit_without_secrets_create_leaves_nothing_and_names_the_permission(
     k8s_cluster: Any, kube: kc.Target
 ) -> None:
     error, job_id = _submit_without(k8s_cluster, kube, "create", "secrets")
-    assert _objects(_admin(kube), job_id) == {}, "a failed submit left objects behind"
+    # The Job is made first (its Secret is created owned by it): the refused Secret takes
+    # the Job back, whose pod never ran the function (it had no signing key).
+    assert _nothing_left(_admin(kube), job_id) == {}, "a failed submit left objects behind"
     assert not (_store(kube) / "jobs" / job_id / "handle.json").exists()
     assert isinstance(error, kc.ConfigError)
     assert (error.verb, error.resource, error.namespace) == ("create", "secrets", "default")
@@ -122,14 +132,19 @@ def test_submit_without_jobs_create_takes_its_secret_back(
     assert _objects(_admin(kube), job_id) == {}
 
 
-def test_submit_without_secrets_patch_takes_its_job_back(k8s_cluster: Any, kube: kc.Target) -> None:
-    error, job_id = _submit_without(k8s_cluster, kube, "patch", "secrets")
-    assert (error.verb, error.resource) == ("patch", "secrets")
+def test_submit_without_secrets_patch_runs_its_secret_owned_from_the_start(
+    k8s_cluster: Any, kube: kc.Target
+) -> None:
+    """The Secret is created owned by its Job (issue 34): no patch is needed, so a Role
+    without ``secrets: patch`` submits, and the Secret goes with its Job."""
+    content = k8s_cluster.service_account_kubeconfig(
+        "no-secrets-patch", _without("patch", "secrets")
+    )
+    job = kc.submit(k8s_fns.square, (3,), target=replace(kube, kubeconfig=content, signing_key=KEY))
+    assert job.result(timeout=120, cleanup=False)["square"] == 9
     admin = _admin(kube)
-    for _ in poll_ticks(interval=0.5, timeout=30, describe=lambda: "the undone pods to go"):
-        if not _objects(admin, job_id):
-            break
-    assert _objects(admin, job_id) == {}
+    secret = admin.client.call("GET", admin.client.ns("secrets", job_name(job.job_id)))
+    assert [o["kind"] for o in secret["metadata"]["ownerReferences"]] == ["Job"]
 
 
 # ---- case 7: cancel without `jobs: delete` --------------------------------------------------
@@ -428,6 +443,27 @@ def test_a_detached_batch_whose_driver_gets_no_token_is_refused_up_front(
     with pytest.raises(kc.ConfigError, match="automountServiceAccountToken"):
         kc.submit_map(k8s_fns.square, [(1,), (2,)], target=target)
     # Refused before anything was written: no manifest, no staged child.
+    assert kc.list_batches(target=target) == []
+    assert kc.list_jobs(target=target) == []
+
+
+def test_a_detached_batch_whose_driver_lacks_rbac_is_refused_up_front(
+    k8s_cluster: Any, kube: kc.Target
+) -> None:
+    """The driver's service account may not create Jobs (issue 34, item 8): ``submit_map``
+    asks the API server (a SubjectAccessReview) and refuses the batch with a
+    ``PermissionDenied`` naming the account and the verb, before anything is written
+    (before: it returned, the driver failed 2 s later and every child read Lost 121 s
+    later)."""
+    account = f"no-jobs-{os.urandom(3).hex()}"
+    k8s_cluster.grant(account, _without("create", "jobs"))
+    target = replace(kube, service_account=account)
+    with pytest.raises(kc.PermissionDenied) as raised:
+        kc.submit_map(k8s_fns.square, [(1,), (2,)], target=target)
+    error = raised.value
+    assert (error.verb, error.resource, error.namespace) == ("create", "jobs", "default")
+    assert error.user == f"system:serviceaccount:default:{account}"
+    assert f"service account {account}" in str(error) and "Role" in str(error)
     assert kc.list_batches(target=target) == []
     assert kc.list_jobs(target=target) == []
 

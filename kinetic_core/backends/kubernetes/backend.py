@@ -55,6 +55,14 @@ LOG_CHUNK_LINES = POD_LINES  # lines per read_logs chunk from a pod (a public na
 
 # The tag of a batch driver job (``batch/stager.py``): it reaches the API in-cluster.
 DRIVER_TAG = "kinetic/batch-driver"
+#: What a batch's driver does with its pod's service account: (API group, resource, verb)
+#: it must be allowed, checked up front by a SubjectAccessReview (``check_launch``).
+DRIVER_NEEDS = (
+    ("batch", "jobs", "create"),
+    ("batch", "jobs", "get"),
+    ("batch", "jobs", "list"),
+    ("", "pods", "list"),
+)
 # Job ids per label-selected LIST: keeps the request URL well under server limits.
 POLL_CHUNK = 400
 # The label Kueue puts on a job's Workload: the uid of the job (our JobSet).
@@ -133,6 +141,60 @@ class KubernetesBackend:
                     "automountServiceAccountToken: false: remove it from the target's "
                     "pod_template (the driver would have no credentials)."
                 )
+            self._check_driver_access(spec)
+
+    def _check_driver_access(self, spec: LaunchSpec) -> None:
+        """Ask the API server (a SubjectAccessReview) whether the driver's service account
+        may do what a driver does (``DRIVER_NEEDS``); refuse the batch up front with
+        ``PermissionDenied`` naming what it lacks, before anything is written (else the
+        driver fails seconds after ``submit_map`` returned, and its children never launch).
+        A submitter that may not ask (no ``create`` on ``subjectaccessreviews``), or an
+        API that does not answer, is not refused: the driver's own error says it then."""
+        account = spec.target.service_account or "default"
+        user = f"system:serviceaccount:{self.namespace}:{account}"
+        groups = [
+            "system:serviceaccounts",
+            f"system:serviceaccounts:{self.namespace}",
+            "system:authenticated",
+        ]
+        needs = [*DRIVER_NEEDS, *([("", "secrets", "create")] if spec.target.signing_key else [])]
+        for group, resource, verb in needs:
+            review = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": user,
+                    "groups": groups,
+                    "resourceAttributes": {
+                        "namespace": self.namespace,
+                        "verb": verb,
+                        "group": group,
+                        "resource": resource,
+                    },
+                },
+            }
+            try:
+                answer = self.client.call(
+                    "POST",
+                    "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                    body=review,
+                    what=f"ask whether service account {account} may {verb} {resource}",
+                )
+            except (BackendError, ConfigError) as exc:
+                log.debug("kinetic: cannot check the batch driver's permissions: %s", exc)
+                return
+            if not (answer.get("status") or {}).get("allowed"):
+                raise PermissionDenied(
+                    f"A detached batch's driver runs as service account {account} in namespace "
+                    f"{self.namespace}, which may not {verb} {resource}"
+                    f"{f' ({group})' if group else ''}: grant it in a Role bound to that "
+                    "service account (the batch's children are launched with it), or set the "
+                    "target's service_account to one that may. Nothing was submitted.",
+                    verb=verb,
+                    resource=resource,
+                    namespace=self.namespace,
+                    user=user,
+                )
 
     def _manifest(self, spec: LaunchSpec) -> dict[str, Any]:
         """The job's Job, or its JobSet (multi-host or queued): a ConfigError saying to
@@ -164,26 +226,30 @@ class KubernetesBackend:
     def create_job(self, spec: LaunchSpec, *, dry_run: bool = False) -> dict[str, Any]:
         """Create (or with ``dry_run`` server-side validate) the Job; returns what the API says.
 
-        Order, so that a submitter killed at any point leaves nothing or a job that runs:
-        the signing-key Secret first (labelled with the job id: cleanup and cancel find it
-        by name), then the Job, then the Secret's ownerReference to the Job (so the Job's
-        TTL removes it). A refused Job (400/422, 403) takes its Secret back with it. A
-        transient error stays a transient ``BackendError`` (the caller's policy retries
-        it), after a GET tells whether the create reached the server (its answer lost)."""
+        Order, so that a submitter killed at any point leaves nothing unowned: the Job (or
+        JobSet) first, then its signing-key Secret, created owned by it (so the Job's TTL,
+        or anyone's delete of it, removes the Secret too; issue 34). The Job's pod waits
+        for its Secret (a kubelet retries a missing Secret; it comes milliseconds after the
+        Job). A submitter killed in between leaves a Job whose pod waits: a keyed resubmit
+        launches it again (the Secret is made then), else it ends ``SecretMissing`` and its
+        TTL removes it. A refused Secret (400/422, 403) takes the Job this call created
+        back. A transient error stays a transient ``BackendError`` (the caller's policy
+        retries it), after a GET tells whether the create reached the server (its answer
+        lost)."""
         manifest = self._manifest(spec)
         name = manifest["metadata"]["name"]
-        secret = bool(spec.target.signing_key) and not dry_run
-        made_secret = self._create_secret(spec) if secret else False
         try:
             created, new = self._post_job(manifest, dry_run)
-        except (_JobAbsent, SubmissionError, PermissionDenied) as exc:
-            if made_secret:  # the Job surely does not exist: take its Secret back
-                self._undo(self.client.ns("secrets", name), f"Secret {name}")
-            if isinstance(exc, _JobAbsent):
-                raise exc.error from None
-            raise
-        if secret and created:
-            self._own_secret(name, created, undo=new)
+        except _JobAbsent as exc:
+            raise exc.error from None
+        if spec.target.signing_key and not dry_run:
+            try:
+                self._create_secret(spec, created)
+            except (SubmissionError, PermissionDenied):
+                if new:  # its pod never ran the function (it had no Secret): take it back
+                    plural = "jobsets" if manifest["kind"] == "JobSet" else "jobs"
+                    self._undo(self.client.ns(plural, name), f"{manifest['kind']} {name}")
+                raise
         return created
 
     def _post_job(self, manifest: dict[str, Any], dry_run: bool) -> tuple[dict[str, Any], bool]:
@@ -216,46 +282,37 @@ class KubernetesBackend:
             except BackendError:
                 raise exc from None  # unknown whether it exists: stays what it was
 
-    def _create_secret(self, spec: LaunchSpec) -> bool:
-        """The signing-key Secret (no owner yet); True when this call created it."""
+    def _create_secret(self, spec: LaunchSpec, owner: dict[str, Any]) -> None:
+        """The signing-key Secret, owned by ``owner`` (the Job or JobSet) from its creation.
+        One that exists already (a launch again, or one an older version made before its
+        Job and never gave an owner) is given the owner (best effort)."""
         name = job_name(spec.job_id)
+        body = secret_manifest(spec)
+        body["metadata"].update(owner_patch(name, owner)["metadata"])
         try:
             self.client.call(
-                "POST",
-                self.client.ns("secrets"),
-                body=secret_manifest(spec),
-                what=f"create Secret {name}",
+                "POST", self.client.ns("secrets"), body=body, what=f"create Secret {name}"
             )
         except KubeApiError as exc:
             if exc.status == 409:
-                return False
+                self._own_secret(name, owner)
+                return
             if exc.status in (400, 422):
                 raise SubmissionError(f"Kubernetes rejected Secret {name}: {exc.reason}") from exc
             raise
-        return True
 
-    def _own_secret(self, name: str, job: dict[str, Any], *, undo: bool) -> None:
-        """Make the Job own its Secret. Without permission to patch Secrets a Job this
-        launch created is undone (nothing left behind); a transient failure leaves a Job
-        that runs and a Secret that cancel/cleanup delete by name (a later launch adds the
-        owner)."""
+    def _own_secret(self, name: str, job: dict[str, Any]) -> None:
+        """Make the Job own an existing Secret; a failure is logged (cancel and cleanup
+        delete the Secret by name)."""
         try:
             self.client.call(
                 "PATCH",
                 self.client.ns("secrets", name),
                 body=owner_patch(name, job),
-                what=f"make Job {name} own Secret {name}",
+                what=f"make {job.get('kind', 'Job')} {name} own Secret {name}",
                 content_type="application/merge-patch+json",
             )
-        except PermissionDenied as exc:
-            if not undo:  # a Job launched before runs on: never delete what we did not make
-                log.warning("kinetic: %s", exc)
-                return
-            plural = "jobsets" if job.get("kind") == "JobSet" else "jobs"
-            self._undo(self.client.ns(plural, name), f"{job.get('kind', 'Job')} {name}")
-            self._undo(self.client.ns("secrets", name), f"Secret {name}")
-            raise
-        except BackendError as exc:
+        except (BackendError, ConfigError) as exc:
             log.warning("kinetic: %s (the job runs; cleanup deletes the Secret)", exc)
 
     def _undo(self, path: str, what: str) -> None:

@@ -8,7 +8,11 @@ template being the single-host job's (``manifest.pod_template``) plus the worker
 gives each pod the stable hostname ``<jobset>-workers-<i>-0.<jobset>`` through a headless
 Service named like the JobSet. ``failurePolicy.maxRestarts: 0``: one failed worker fails
 the JobSet and JobSet stops the others; kinetic's own recovery makes the next attempt (a
-new job id), so the JobSet never restarts itself.
+new job id), so the JobSet never restarts itself. ``ttlSecondsAfterFinished``: the
+single-host Job's (``Target.ttl_after_finished``, default a day): JobSet deletes a finished
+JobSet that long after its Completed/Failed condition, foreground, so its Jobs, pods,
+Service, and the Secret and Kueue Workload it owns go with it (JobSet v0.5+; an older
+JobSet CRD prunes the field, and the JobSet stays until ``cleanup()``).
 
 Kueue: ``queue=`` sets the ``kueue.x-k8s.io/queue-name`` label, ``priority=`` the
 ``kueue.x-k8s.io/priority-class`` label, and the JobSet is created suspended: Kueue
@@ -105,6 +109,9 @@ def jobset_manifest(spec: LaunchSpec, namespace: str) -> dict[str, Any]:
             "suspend": bool(spec.target.queue),
             "network": {"enableDNSHostnames": True, "subdomain": name},
             "failurePolicy": {"maxRestarts": 0},
+            # The single-host Job's lifetime once finished: the JobSet (its Jobs, pods and
+            # Service, and the Secret and Workload it owns) goes with its TTL too.
+            "ttlSecondsAfterFinished": child["ttlSecondsAfterFinished"],
             "successPolicy": {"operator": "All"},
             "replicatedJobs": [
                 {

@@ -225,7 +225,8 @@ def add_fuse_volumes(
 
 
 def secret_manifest(spec: LaunchSpec) -> dict[str, Any]:
-    """The Secret holding the signing key; named like the Job, which comes to own it."""
+    """The Secret holding the signing key; named like the Job, which owns it from its
+    creation (``backend.create_job`` adds the owner reference)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",

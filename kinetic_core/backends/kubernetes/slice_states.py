@@ -11,7 +11,12 @@ is (``states.job_state``); the gang then reads:
 - ended when the JobSet failed (``failurePolicy.maxRestarts: 0``: one failed worker fails
   it and JobSet stops the others) or a worker ended badly first: the first failing worker's
   exit code and reason, the message naming the worker; ``Preempted`` when a worker was
-  preempted, evicted or removed with its node (recovery restarts the whole slice).
+  preempted, evicted or removed with its node (recovery restarts the whole slice); a
+  worker whose pod was deleted and whose replacement refused to run the function again
+  (exit ``REFUSED_EXIT_CODE``) is ``gone`` (Lost, recovered), never that exit's failure;
+- but never ended while any worker pod's process may still run (not finished, not on a
+  node presumed lost): running ``Terminating`` until the last is gone, so attempt n+1 of
+  a gang starts only after every worker pod of attempt n is gone (issue 34).
 """
 
 from __future__ import annotations
@@ -22,7 +27,15 @@ from typing import Any
 
 from kinetic_core.backends import BackendState
 from kinetic_core.backends.kubernetes.jobset import JOB_INDEX, QUEUE_LABEL
-from kinetic_core.backends.kubernetes.states import _ended_state, _ts, job_state
+from kinetic_core.backends.kubernetes.states import (
+    _ended_state,
+    _lost_node_state,
+    _ts,
+    alive,
+    job_state,
+    kinetic_container_status,
+    refused,
+)
 from kinetic_core.config.target import DEFAULT_LOST_GRACE
 from kinetic_core.states import Reason
 
@@ -98,6 +111,55 @@ def jobset_state(
         if index is not None:
             by_index.setdefault(index, []).append(pod)
     job_of = {i: j for j in jobs if (i := _index(j)) is not None}
+    state = _ended_or_live(jobset, jobs, job_of, by_index, replicas, nodes, lost_grace)
+    if state.phase in ("exited", "gone", "not_found"):
+        stopping = [p for p in pods if _may_run(p, nodes or {}, lost_grace)]
+        if stopping:  # the gang ended only once no worker's process may run
+            return _stopping(state, stopping)
+    return state
+
+
+def _may_run(pod: dict[str, Any], nodes: dict[str, dict[str, Any]], lost_grace: float) -> bool:
+    """A worker pod whose process may still run: alive, not on a node presumed lost, and
+    not held before its start for ever (a Secret it needs is missing: no process)."""
+    if not alive(pod):
+        return False
+    waiting = kinetic_container_status(pod.get("status", {})).get("state", {}).get("waiting")
+    if (waiting or {}).get("reason") == "CreateContainerConfigError":
+        return False
+    trouble = _lost_node_state([pod], nodes, None, lost_grace)
+    return trouble is None or trouble.phase == "running"
+
+
+def _stopping(ended: BackendState, live: list[dict[str, Any]]) -> BackendState:
+    """A gang that ended (a worker failed, was disrupted or deleted; the JobSet failed)
+    while other workers' processes still run or stop: running ``Terminating`` until the
+    last is gone, so a successor attempt never starts beside any of them (JobSet stops
+    the others of a failed JobSet; a recovery's cancel deletes them)."""
+    names = sorted(
+        f"worker {i}" if (i := _index(p)) is not None else p["metadata"].get("name", "?")
+        for p in live
+    )
+    why = ended.message or "the job ended"
+    return BackendState(
+        "running",
+        reason=Reason.TERMINATING,
+        message=f"{why}; {', '.join(names)} still stopping",
+        started_at=ended.started_at,
+    )
+
+
+def _ended_or_live(
+    jobset: dict[str, Any],
+    jobs: list[dict[str, Any]],
+    job_of: dict[int, dict[str, Any]],
+    by_index: dict[int, list[dict[str, Any]]],
+    replicas: int,
+    nodes: dict[str, dict[str, Any]] | None,
+    lost_grace: float,
+) -> BackendState:
+    """The gang from its JobSet's conditions and its workers, before asking whether any
+    worker's process still runs."""
     failed = _true(jobset, "Failed")
     if failed is not None:
         return _failed_state(jobset, failed, job_of, by_index)
@@ -183,7 +245,17 @@ def _failed_state(
     ended = [
         p for p in by_index.get(index, []) if not p.get("metadata", {}).get("deletionTimestamp")
     ]
-    pod = max(ended, key=lambda p: p["metadata"].get("creationTimestamp", "")) if ended else None
+    real = [p for p in ended if not refused(p)]
+    if ended and not real:  # its pod was deleted; the replacement refused to run it again
+        return _named(
+            BackendState(
+                "gone",
+                message="its pod was deleted and the replacement pod refused to run the "
+                "function more than once",
+            ),
+            index,
+        )
+    pod = max(real, key=lambda p: p["metadata"].get("creationTimestamp", "")) if real else None
     state = _ended_state(job, pod)
     if state.phase != "exited":  # the Job had not yet recorded its own end
         state = BackendState("exited", reason=Reason.PREEMPTED, message=state.message)

@@ -41,13 +41,21 @@ Implemented, as upstream:
   Failed included, onto the new one (later Job controllers check the UID);
 * ``status.replicatedJobsStatus`` (ready = active Jobs, 1.20 Jobs have no ``status.ready``).
 
+* ``spec.ttlSecondsAfterFinished`` (``pkg/controllers/ttl_after_finished.go``): a finished
+  JobSet is deleted, foreground (its Jobs, their pods and its Service go first) with
+  preconditions on its uid and resourceVersion, once that many seconds passed since the
+  lastTransitionTime of its Completed or Failed condition; unset: kept. Difference:
+  upstream requeues for the time left, here the next pass (an event, or the 5 s resync)
+  looks again, so a JobSet may live up to a resync longer.
+
 Not implemented: failure policy rules (onJobFailureReasons, RestartJob actions), startupPolicy
-InOrder, dependsOn, coordinator, ttlSecondsAfterFinished, exclusive placement, managedBy,
+InOrder, dependsOn, coordinator, exclusive placement, managedBy,
 volumeClaimPolicies, groupName labels, in-place restart, events.
 """
 
 from __future__ import annotations
 
+import calendar
 import copy
 import hashlib
 import sys
@@ -170,11 +178,47 @@ class JobSetReconciler:
     def reconcile(self) -> None:
         if self.finished():
             _delete_jobs(self.kube, [j for j in self.current if not job_finished(j)])
+            if self._ttl_expired():
+                return
         else:
             _delete_jobs(self.kube, self.previous)
             self._step()
         self._replicated_jobs_status()
         self._write_status()
+
+    def _ttl_expired(self) -> bool:
+        """executeTTLAfterFinishedPolicy (``ttl_after_finished.go``): a finished JobSet with
+        ``spec.ttlSecondsAfterFinished`` is deleted (foreground, preconditioned on its uid
+        and resourceVersion) once that many seconds passed since its Completed or Failed
+        condition's lastTransitionTime. Upstream requeues for the time left; here the next
+        pass (woken, or the resync) looks again."""
+        ttl = self.js["spec"].get("ttlSecondsAfterFinished")
+        finished_at = next(
+            (
+                c.get("lastTransitionTime")
+                for c in self.conditions
+                if c.get("type") in ("Completed", "Failed") and c.get("status") == "True"
+            ),
+            None,
+        )
+        if ttl is None or not finished_at:
+            return False
+        at = calendar.timegm(time.strptime(finished_at, "%Y-%m-%dT%H:%M:%SZ"))
+        if time.time() < at + int(ttl):
+            return False
+        meta = self.js["metadata"]
+        options = {
+            "propagationPolicy": "Foreground",
+            "preconditions": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]},
+        }
+        try:
+            self.kube.request(
+                "DELETE", f"{API}/namespaces/{meta['namespace']}/jobsets/{meta['name']}", options
+            )
+        except KubeError as err:
+            if err.status not in (404, 409):  # gone, or changed since read: the next pass
+                raise
+        return True
 
     def finished(self) -> bool:
         return any(
