@@ -327,6 +327,12 @@ def test_a_quiet_stream_costs_one_list_per_change_not_one_per_poll(
     watch = _synced_watch(backend)
     job = kc.submit(k8s_fns.square, (3,), target=kube.merge(NOWHERE))
     pod = _pod_of(backend, job.job_id)
+    # The Job's last change (its controller counting the pod active) comes before the pod's:
+    # a submit returns right after its creates, maybe before the Job controller's update.
+    _until(
+        "the Job controller to count the pod",
+        lambda: any(j.get("status", {}).get("active") for j in _list(backend, "jobs", job.job_id)),
+    )
     _patch_status(backend, pod["metadata"]["name"], RUNNING_POD)
     _until(
         "the pods watch to see the pod run",
