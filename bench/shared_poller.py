@@ -171,7 +171,7 @@ def stop_jobs(root: Path, handles: list[Any]) -> None:
             os.waitpid(pid, os.WNOHANG)
     for h in handles:
         try:
-            h.cleanup()
+            h.cleanup(cancel=True)
         except Exception as exc:
             print(f"cleanup {h.job_id}: {exc}", file=sys.stderr)
 

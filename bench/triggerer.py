@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         per = asyncio.run(run_per_trigger(handles, args.interval, warmup, args.window))
     finally:
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda h: h.cleanup(), handles))
+            list(pool.map(lambda h: h.cleanup(cancel=True), handles))
 
     def row(name: str, fmt: str, a: float, b: float) -> str:
         ratio = f"{b / a:.1f}x" if a > 0 else "inf"

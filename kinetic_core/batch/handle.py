@@ -456,8 +456,8 @@ class BatchHandle:
             )
         if running:
             self.cancel()
-        for job in jobs:
-            job.cleanup(backend=backend, storage=storage)
+        for job in jobs:  # a cancelled child may still be stopping: cancel=True says so
+            job.cleanup(backend=backend, storage=storage, cancel=cancel)
         for driver in driver_jobs(self.records):
             if driver.state().terminal:
                 driver.cleanup(backend=backend, storage=storage)

@@ -261,7 +261,7 @@ def test_bulk_poll_is_one_list_per_namespace_for_100_jobs(
     assert k8s_cluster.count_requests("list", "jobs", USER_AGENT) - before_jobs == 1
     assert k8s_cluster.count_requests("list", "pods", USER_AGENT) - before_pods == 1
     for job in jobs:
-        job.cleanup(storage=False)
+        job.cleanup(storage=False, cancel=True)  # still pending: nothing schedules them
 
 
 def test_wrong_token_is_a_credentials_error(

@@ -352,7 +352,7 @@ def test_poll_reads_only_the_watched_jobs(kube: kc.Target, monkeypatch: pytest.M
     assert states[watched.job_id].phase == "pending"
     assert sum(objects) <= 2  # the watched Job and its pod, not the 26 objects present
     for job in [*others, watched]:
-        job.cleanup(storage=False)
+        job.cleanup(storage=False, cancel=True)  # still pending
 
 
 # ---- the node agent does not hide these ---------------------------------------------------
