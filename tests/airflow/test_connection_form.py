@@ -81,6 +81,8 @@ def submitted_target(monkeypatch: pytest.MonkeyPatch, extra: dict[str, Any], tmp
             "storage": os.environ["KINETIC_STORAGE"],
             "local_dir": str(tmp / "records"),
             "pickle_by_value": [],
+            # the example's bucket is not reachable here, and a submit checks its output_dir
+            "output_dir": f"file://{tmp / 'outputs'}",
         },
         deferrable=False,
     )
@@ -105,6 +107,7 @@ def test_every_option_round_trips_through_a_connection_into_the_submitted_job(
 
     handle = submitted_target(monkeypatch, extra, tmp_path)
     expected = {**values, "backend": "local", "local_dir": str(tmp_path / "records")}
+    expected["output_dir"] = f"file://{tmp_path / 'outputs'}"
     expected["pickle_by_value"] = []
     assert handle.target == {**expected, "storage": handle.storage}
     assert handle.target["max_recoveries"] == 2 and handle.target["recover_on_exit_codes"] == [

@@ -65,7 +65,13 @@ def test_every_option_round_trips_through_a_saved_block_into_the_submitted_job(
     assert loaded.to_target() == kc.Target(**values)  # types too: ints, floats, lists, dicts
     assert isinstance(loaded.to_target().max_recoveries, int)
 
-    local = {**LOCAL_RUN, "storage": kinetic_storage, "local_dir": str(tmp_path / "records")}
+    local = {
+        **LOCAL_RUN,
+        "storage": kinetic_storage,
+        "local_dir": str(tmp_path / "records"),
+        # the example's bucket is not reachable here, and a submit checks its output_dir
+        "output_dir": f"file://{tmp_path / 'outputs'}",
+    }
     KineticConfig(**{**values, **local}).save("every-option-local", overwrite=True)
     add = kinetic_task(fns.add, config="every-option-local", log_interval=0.3)
 
