@@ -223,8 +223,9 @@ def _recovered_slice(storage: str, tmp_path: Path) -> kc.JobHandle:
         target=target,
         tags={"team": "research"},
     )
-    first = _workers(storage, job.job_id)
+    started: list[subprocess.Popen[str]] = []
     try:
+        first = _workers(storage, job.job_id, started)
         deadline = time.monotonic() + 120
         while len(list(marks.glob(f"{job.job_id}-*"))) < slice_runs.COUNT:  # all train
             assert time.monotonic() < deadline, [p.poll() for p in first]
@@ -234,21 +235,32 @@ def _recovered_slice(storage: str, tmp_path: Path) -> kc.JobHandle:
             proc.send_signal(signal.SIGTERM)
         ends = [slice_runs.finish(proc) for proc in first]
         assert [code for code, _ in ends] == [143] * slice_runs.COUNT, ends  # no result
+        scripted_backend.ScriptedBackend.phases[job.job_id] = BackendState(
+            "exited",
+            exit_code=143,
+            reason=Reason.PREEMPTED.value,
+            message="the slice was preempted",
+        )
+        successor = job.state().job_id  # resolved: attempt 1 is Preempted, attempt 2 launched
+        assert successor != job.job_id
+        second = _workers(storage, successor, started)
+        ends = [slice_runs.finish(proc) for proc in second]
+        assert [code for code, _ in ends] == [0] * slice_runs.COUNT, ends
     finally:
-        for proc in first:
+        for proc in started:
             if proc.poll() is None:
                 proc.kill()
-    scripted_backend.ScriptedBackend.phases[job.job_id] = BackendState(
-        "exited", exit_code=143, reason=Reason.PREEMPTED.value, message="the slice was preempted"
-    )
-    successor = job.state().job_id  # resolved: attempt 1 is Preempted, attempt 2 launched
-    assert successor != job.job_id
-    second = _workers(storage, successor)
-    ends = [slice_runs.finish(proc) for proc in second]
-    assert [code for code, _ in ends] == [0] * slice_runs.COUNT, ends
     assert job.result(timeout=60, cleanup=False) == "trained"
     return job
 
 
-def _workers(storage: str, job_id: str) -> list[subprocess.Popen[str]]:
-    return [slice_runs.start_worker(storage, job_id, k) for k in range(slice_runs.COUNT)]
+def _workers(
+    storage: str, job_id: str, started: list[subprocess.Popen[str]]
+) -> list[subprocess.Popen[str]]:
+    """Each worker's runner of ``job_id``'s attempt, as its pod starts it (also noted in
+    ``started``, to be killed if the test ends early)."""
+    procs = []
+    for k in range(slice_runs.COUNT):
+        procs.append(slice_runs.start_worker(storage, job_id, k))
+        started.append(procs[-1])
+    return procs
