@@ -170,8 +170,8 @@ def test_usage_page_draws_useful_and_lost_chip_hours_of_a_recovered_slice(
     storage = f"file://{root}"
     try:
         cpu = kc.submit(
-            jobfns.add,
-            (2, 3),
+            jobfns.sleep,
+            (4.0,),  # a few seconds of running hours (the table shows 0.001)
             name="tokenize",
             target=kc.Target(storage=storage),
             tags={"team": "data"},
