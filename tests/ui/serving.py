@@ -15,11 +15,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
-def kinetic_ui(storage: str, log: Path) -> Iterator[str]:
-    """The dashboard's URL while it serves ``storage`` (stopped afterwards)."""
+def kinetic_ui(storage: str, log: Path, module: str = "kinetic_core.cli") -> Iterator[str]:
+    """The dashboard's URL while it serves ``storage`` (stopped afterwards); ``module``: the
+    CLI's, or a test's module that registers a test backend first and then runs it."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "providers")])}
-    argv = [sys.executable, "-m", "kinetic_core.cli", "--storage", storage]
+    argv = [sys.executable, "-m", module, "--storage", storage]
     argv += ["ui", "--host", "127.0.0.1", "--port", str(port)]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env, start_new_session=True)

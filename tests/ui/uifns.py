@@ -71,3 +71,31 @@ def preempted_training(marks: str, first: float = 3.0, second: float = 5.0) -> s
     time.sleep(second)
     print("step 1000: done", flush=True)
     return "trained"
+
+
+def slice_training(marks: str, second: float) -> str:
+    """Training on every worker of a TPU slice. Attempt 1 trains until its slice is
+    preempted (SIGTERM: the runner stores no result, the backend says Preempted, the job
+    recovers); the next attempt resumes from the checkpoint and runs ``second`` seconds to
+    the end. ``marks``: a folder where each worker of each attempt notes itself once it
+    trains (``{job id}-{worker}``)."""
+    import kinetic_core as kc
+
+    me = kc.worker()
+    job_id = os.environ["KINETIC_JOB_ID"]
+    os.makedirs(marks, exist_ok=True)
+    resumed = any(not name.startswith(job_id) for name in os.listdir(marks))
+    if resumed:
+        print(f"worker {me.index}: resumed from the last checkpoint", flush=True)
+    open(os.path.join(marks, f"{job_id}-{me.index}"), "w").close()
+    if not resumed:
+        deadline = time.monotonic() + 300
+        step = 0
+        while time.monotonic() < deadline:  # until the slice is preempted
+            print(f"worker {me.index}: step {step}: training", flush=True)
+            step += 100
+            time.sleep(0.5)
+        raise SystemExit(1)  # never preempted: the test went away
+    time.sleep(second)
+    print(f"worker {me.index}: step 1000: done", flush=True)
+    return "trained"
