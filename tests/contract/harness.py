@@ -5,8 +5,14 @@ jobs through ``harness.backend`` (the real ``Backend`` object) and ask the harne
 only it can tell or do: which executions of a job are alive (processes, pods), which
 top-level objects exist (a supervisor, a Job), which records are left, and how to inject
 this backend's real faults (orphan a job's processes, a transient launch error, a launch
-whose answer is lost). A new backend (the multi-host JobSet variant) passes the same
-suite by adding one harness to ``harnesses.HARNESSES``.
+whose answer is lost). A new backend, or a variant of one, passes the same suite by
+adding one harness to ``harnesses.HARNESSES``: the multi-host JobSet variant of the
+Kubernetes backend is ``jobset_harness.JobSetHarness``, a gang of 2 workers.
+
+A multi-host job runs its function on every worker, so one launch of it is ONE execution
+(the gang: every worker pod of one JobSet attempt), and a run of it is a run of worker 0:
+``contract_fns`` begins each line it records with the worker's index
+(``KINETIC_WORKER_INDEX``, 0 on a single-host job) and ``Held.count`` counts worker 0's.
 """
 
 from __future__ import annotations
@@ -56,7 +62,8 @@ class Fault:
 
 @dataclass
 class Held:
-    """A ``contract_fns.hold`` job's files: one line per run; the release file ends it."""
+    """A ``contract_fns.hold`` (or ``mark``) job's files: one line per run of each worker,
+    beginning with the worker's index; the release file ends it."""
 
     runs: Path
     release: Path
@@ -64,8 +71,13 @@ class Held:
     def args(self) -> tuple[str, str]:
         return str(self.runs), str(self.release)
 
-    def count(self) -> int:
-        return len(self.runs.read_text().splitlines()) if self.runs.exists() else 0
+    def lines(self) -> list[str]:
+        return self.runs.read_text().splitlines() if self.runs.exists() else []
+
+    def count(self, worker: int = 0) -> int:
+        """Runs of the job: of its worker 0 (a multi-host job runs its function on every
+        worker; a single-host job's one run is worker 0's), or of ``worker``."""
+        return sum(1 for line in self.lines() if line.split()[:1] == [str(worker)])
 
     def wait_started(self) -> None:
         until(f"the held job to start ({self.runs})", self.count)
@@ -139,12 +151,13 @@ class Harness(ABC):
     # ---- what only the harness can see --------------------------------------------------
     @abstractmethod
     def executions(self, job_id: str) -> list[str]:
-        """The job's separate executions alive now (a process group, a pod): one launch
-        is one execution."""
+        """The job's separate executions alive now (a process group, a pod, the worker
+        pods of one JobSet attempt): one launch is one execution."""
 
     @abstractmethod
     def tops(self, job_id: str) -> list[str]:
-        """The job's top-level objects that exist now (a live supervisor, a Job)."""
+        """The job's top-level objects that exist now (a live supervisor, a Job, a
+        JobSet)."""
 
     @abstractmethod
     def records(self, job_id: str) -> list[str]:

@@ -51,6 +51,10 @@ def proxy_kubeconfig(cluster: TestCluster, proxy: TcpProxy, path: Path) -> Path:
 class KubernetesHarness(Harness):
     name = "kubernetes"
     has_lasting_fault = True
+    #: What a launch creates first, and the least size of its create on the wire: the
+    #: lost-answer fault drops the answer to the first request at least that big.
+    top_kind = "Job"
+    create_bytes = JOB_CREATE_BYTES
 
     def setup(self, request: pytest.FixtureRequest, mp: pytest.MonkeyPatch) -> kc.Target:
         cluster: TestCluster = request.getfixturevalue("k8s_cluster")
@@ -140,11 +144,11 @@ class KubernetesHarness(Harness):
 
     @contextlib.contextmanager
     def lost_answer(self, spec: LaunchSpec) -> Iterator[Fault]:
-        """The API server gets the Job create and acts on it; its answer is dropped and the
-        connection reset."""
-        fault = Fault("the answer to the Job create dropped")
+        """The API server gets the Job (JobSet) create and acts on it; its answer is
+        dropped and the connection reset."""
+        fault = Fault(f"the answer to the {self.top_kind} create dropped")
         self.backend.poll([spec.job_id])  # an open connection to reuse: no TLS handshake
-        self.proxy.drop_next_answer(JOB_CREATE_BYTES)
+        self.proxy.drop_next_answer(self.create_bytes)
         try:
             yield fault
         finally:

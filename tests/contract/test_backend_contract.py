@@ -1,5 +1,8 @@
-"""The Backend protocol's contract, run against every backend: local, and Kubernetes on the
-test cluster (a future backend adds a harness in harnesses.py, not cases here).
+"""The Backend protocol's contract, run against every backend (``harnesses.HARNESSES``):
+local, Kubernetes on the test cluster as a single-host Job and as a multi-host JobSet (a
+gang of 2 workers), and Slurm (a future backend adds a harness in harnesses.py, not cases
+here). On a gang, one launch is one execution (all its worker pods) and a run is a run of
+worker 0.
 
 What status.py, recovery and cancel rely on must hold on each: a job id is launched once,
 whoever launches it and however often; poll sees a job while any of its processes or pods
@@ -59,10 +62,10 @@ def test_launch_is_idempotent_per_job_id(harness: Harness) -> None:
 def test_poll_sees_the_job_while_its_processes_outlive_its_top_level_object(
     harness: Harness,
 ) -> None:
-    """Kubernetes: the Job deleted with orphan propagation, its pod runs on. Local: the
-    supervisor SIGKILLed, the process its function started runs on. While it runs, the job
-    is running (never not_found/gone/exited: that would let a successor start beside it);
-    once it ends, poll says so."""
+    """Kubernetes: the Job (JobSet) deleted with orphan propagation, its pods run on.
+    Local: the supervisor SIGKILLed, the process its function started runs on. While it
+    runs, the job is running (never not_found/gone/exited: that would let a successor
+    start beside it); once it ends, poll says so."""
     job_id, held = _launch_held(harness)
     harness.orphan(job_id)
     assert harness.tops(job_id) == []

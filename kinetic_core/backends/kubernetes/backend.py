@@ -626,22 +626,35 @@ class KubernetesBackend:
     # ---- stop ---------------------------------------------------------------------------
     def _stop_requests(self, job_id: str) -> list[tuple[str, str, dict[str, Any]]]:
         """What stopping a job deletes: its JobSet where JobSet is served (foreground: its
-        Jobs, their pods and its Service go first), its Job, every pod carrying its label
-        (also pods an orphaning deletion left without a Job), its Secret."""
+        Jobs, their pods and its Service go first), its Job, the JobSet's child Jobs that
+        exist (an orphaning delete of the JobSet leaves them, and each would replace the
+        worker pod deleted next), every pod carrying its label (also pods an orphaning
+        deletion left without a Job), its Secret. Jobs go before pods: a Job being deleted
+        makes no new pod."""
         name = job_name(job_id)
         selector = f"app=kinetic,kinetic/job-id={job_id}"
         foreground = {"propagationPolicy": "Foreground"}
-        jobset = (
-            [(f"JobSet {name}", self.client.ns("jobsets", name), foreground)]
-            if self.client.serves(js.GROUP, js.VERSION)
-            else []
-        )
+        serves = self.client.serves(js.GROUP, js.VERSION)
+        jobset = [(f"JobSet {name}", self.client.ns("jobsets", name), foreground)] if serves else []
+        children = [
+            (f"Job {child}", self.client.ns("jobs", child), foreground)
+            for child in (self._child_jobs(job_id) if serves else [])
+        ]
         return [
             *jobset,
             (f"Job {name}", self.client.ns("jobs", name), foreground),
+            *children,
             (f"pods of job {job_id}", self.client.ns("pods"), {"labelSelector": selector}),
             (f"Secret {name}", self.client.ns("secrets", name), {}),
         ]
+
+    def _child_jobs(self, job_id: str) -> list[str]:
+        """The names of the job's JobSet child Jobs (``<jobset>-workers-<i>``) that exist."""
+        query = {"labelSelector": f"app=kinetic,kinetic/job-id={job_id},{js.JOBSET_NAME}"}
+        found = self.client.call(
+            "GET", self.client.ns("jobs"), query=query, what=f"list the Jobs of job {job_id}"
+        )
+        return sorted(str(j["metadata"]["name"]) for j in found["items"])
 
     def check_cancel(self, job_id: str) -> None:
         """Raise ``PermissionDenied`` when ``cancel`` would be refused: each delete is sent
@@ -651,8 +664,8 @@ class KubernetesBackend:
             self._delete(what, path, {**query, "dryRun": "All"})
 
     def cancel(self, job_id: str) -> None:
-        """Delete the Job (foreground), every pod of the job by label, and its Secret;
-        absent is fine."""
+        """Delete the JobSet and the Jobs (foreground), every pod of the job by label, and
+        its Secret (``_stop_requests``); absent is fine."""
         try:
             for what, path, query in self._stop_requests(job_id):
                 self._delete(what, path, query)

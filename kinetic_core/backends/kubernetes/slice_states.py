@@ -14,6 +14,9 @@ is (``states.job_state``); the gang then reads:
   preempted, evicted or removed with its node (recovery restarts the whole slice); a
   worker whose pod was deleted and whose replacement refused to run the function again
   (exit ``REFUSED_EXIT_CODE``) is ``gone`` (Lost, recovered), never that exit's failure;
+- a JobSet being deleted (a cancel, cleanup, someone's delete) before it finished is not
+  found, as a single-host Job being deleted (a worker that ended badly first still says
+  why): never pending or running while nothing of it is made again;
 - but never ended while any worker pod's process may still run (not finished, not on a
   node presumed lost): running ``Terminating`` until the last is gone, so attempt n+1 of
   a gang starts only after every worker pod of attempt n is gone (issue 34).
@@ -185,6 +188,12 @@ def _ended_or_live(
         for i in range(replicas)
     }
     state = _gang_state(workers)
+    deleting = bool(jobset.get("metadata", {}).get("deletionTimestamp"))
+    if deleting and state.phase in ("pending", "running"):
+        # Being deleted (a cancel, cleanup, someone's delete): no worker is made again, and
+        # its Jobs read "being deleted". As a single-host Job being deleted: not found, and
+        # running ``Terminating`` while a worker's process may still run (``jobset_state``).
+        return BackendState("not_found", message="the JobSet is being deleted")
     if state.phase == "pending":  # since when it may be scheduled: its Jobs' creation
         made = [t for j in jobs if (t := _ts(j["metadata"].get("creationTimestamp")))]
         state = replace(state, started_at=min(made) if made else None)
