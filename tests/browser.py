@@ -70,6 +70,22 @@ def wait_serving(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: fl
     pytest.fail(f"{url} not serving after {timeout}s:\n{log.read_text()[-4000:]}")
 
 
+@contextmanager
+def serving(
+    argv: list[str], env: dict[str, str], log: Path, port: int, health: str, timeout: float
+) -> Iterator[str]:
+    """The base URL of the server ``argv`` starts on 127.0.0.1:``port`` (its own process
+    group, output in ``log``) once ``health`` answers; stopped on leaving."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_serving(f"{url}{health}", proc, log, timeout=timeout)
+        yield url
+    finally:
+        stop(proc)
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the server's process group, SIGKILL if it lingers."""
     if proc.poll() is None:

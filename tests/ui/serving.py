@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.browser import free_port, stop, wait_serving
+from tests.browser import free_port, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,11 +21,5 @@ def kinetic_ui(storage: str, log: Path, module: str = "kinetic_core.cli") -> Ite
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "providers")])}
     argv = [sys.executable, "-m", module, "--storage", storage]
     argv += ["ui", "--host", "127.0.0.1", "--port", str(port)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env, start_new_session=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_serving(f"{url}/", proc, log, timeout=120)
+    with serving(argv, env, log, port, "/", timeout=120) as url:
         yield url
-    finally:
-        stop(proc)

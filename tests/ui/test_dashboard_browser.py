@@ -8,10 +8,8 @@ With ``KINETIC_SCREENSHOTS=docs/assets`` the test also writes the docs' screensh
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +20,7 @@ import pytest
 import kinetic_core as kc
 from kinetic_core.backends import BackendState
 from kinetic_core.states import Reason
-from tests.browser import browser_page, free_port, screenshot, stop, wait_serving
+from tests.browser import browser_page, screenshot
 from tests.cleanup import kill_leftovers
 from tests.core import batch_helpers, jobfns, scripted_backend, slice_runs
 from tests.ui import ui_with_slices, uifns
@@ -50,7 +48,6 @@ def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
     root = tmp_path / "store"
     target = kc.Target(storage=f"file://{root}")
     log = tmp_path / "ui.log"
-    port = free_port()
     try:
         done = [
             kc.submit(jobfns.add, (2, 3), name="train-resnet", target=target, tags={"team": "ml"}),
@@ -70,17 +67,8 @@ def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
             job.wait(timeout=60)
         batch.wait(timeout=120)
         done.append(recovered)
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        argv = [sys.executable, "-m", "kinetic_core.cli", "--storage", target.storage or ""]
-        argv += ["ui", "--host", "127.0.0.1", "--port", str(port)]
-        with log.open("wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env, start_new_session=True)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_serving(f"{url}/", proc, log, timeout=120)
+        with kinetic_ui(target.storage or "", log) as url:
             yield Dashboard(url, target, done, batch)
-        finally:
-            stop(proc)
     finally:
         kill_leftovers(root)
 

@@ -7,7 +7,6 @@ tests/airflow/test_dashboard_plugin.py."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from urllib.parse import quote
 import pytest
 
 import kinetic_core as kc
-from tests.browser import browser_page, free_port, screenshot, stop, wait_serving
+from tests.browser import browser_page, free_port, screenshot, serving
 from tests.core import jobfns
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,14 +35,8 @@ def api_server(tmp_path: Path) -> Iterator[str]:
     }
     airflow = str(Path(sys.executable).parent / "airflow")
     argv = [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env, start_new_session=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_serving(f"{url}/api/v2/monitor/health", proc, log, timeout=240)
+    with serving(argv, env, log, port, "/api/v2/monitor/health", timeout=240) as url:
         yield url
-    finally:
-        stop(proc)
 
 
 def test_dashboard_inside_airflows_ui(api_server: str, dagbag: Any) -> None:
