@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import gc
 import hashlib
+import importlib
 import json
 import os
 import select
@@ -218,11 +219,13 @@ def _preload() -> None:
     import tempfile
 
     import kinetic_core.runtime.runner  # every job runs it
-    import kinetic_core.storage.local  # noqa: F401  (every local job's runner opens file://)
+    import kinetic_core.storage.local  # every local job's runner opens file://
     from kinetic_core.records import chunks
     from kinetic_core.runtime import telemetry
     from kinetic_core.util import procs
 
+    for name in kinetic_core.runtime.runner.AFTER_START:  # what it imports once started
+        importlib.import_module(name)
     telemetry.nvml_module()  # the last sample of each job asks: searched for once, here
     procs.libc()  # ctypes and libc: the supervisor's prctl calls (~5 ms to import)
     chunks.blake3_available()  # the envelope hash: blake3 where installed
