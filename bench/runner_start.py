@@ -7,6 +7,10 @@ storage is on. Measured side by side in one process, the order rotating every re
 medians over ``--repeats``:
 
 - bare:    spawn -> exit of ``python -c pass`` (the floor: one interpreter)
+- stdlib:  spawn -> exit of ``python -c "import <the stdlib modules a runner's start loads>"``
+           (``STDLIB``: what stays between a bare interpreter and ``started.json`` unless
+           storage stops using pathlib and typing's Protocol, and ``kc.Worker`` stops being
+           a dataclass)
 - import:  spawn -> exit of ``python -c "import kinetic_core.runtime.runner"``
 - started: spawn -> ``started.json`` written by a real runner of a submitted no-op job
            (file:// storage; the job is submitted to the tests' scripted backend, which
@@ -37,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.core.scripted_backend
 
 RUNNER = "kinetic_core.runtime.runner"
+STDLIB = "import json, typing, dataclasses, pathlib, threading, signal, fcntl, select, mmap"
 
 
 def noop() -> None:
@@ -120,6 +125,9 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
 
     variants: dict[str, Callable[[], float]] = {
         "bare python -c pass": lambda: spawn_to_exit([sys.executable, "-c", "pass"], env),
+        "python -c 'import <stdlib of the start>'": lambda: spawn_to_exit(
+            [sys.executable, "-c", STDLIB], env
+        ),
         f"python -c 'import {RUNNER}'": lambda: spawn_to_exit(
             [sys.executable, "-c", f"import {RUNNER}"], env
         ),
