@@ -17,11 +17,13 @@ medians over ``--repeats``:
            launches nothing: the benchmark starts the runner itself, as the pod would)
 - decided: spawn -> ``outcome.json`` of the same runner, and spawn -> its exit
 
-Goal: started <= 2x bare. The children run without ``PYTHONDONTWRITEBYTECODE`` (an
+Goal: started <= 2x bare. ``--compare CHECKOUT`` also starts the runner of another checkout
+of the repository (e.g. an export of ``main``) in the same rotation, on jobs of the same
+store. The children run without ``PYTHONDONTWRITEBYTECODE`` (an
 installed package has its bytecode; the first untimed run writes it here). Then the
 runner's heaviest imports by ``python -X importtime``.
 
-    .venv/bin/python bench/runner_start.py [--repeats 20]
+    .venv/bin/python bench/runner_start.py [--repeats 20] [--compare /tmp/kc-main]
 """
 
 from __future__ import annotations
@@ -56,11 +58,11 @@ def load_avg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def child_env() -> dict[str, str]:
+def child_env(checkout: Path = ROOT) -> dict[str, str]:
     """The pod's env, roughly: no kinetic settings of this shell, bytecode allowed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KINETIC_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = str(checkout)
     return env
 
 
@@ -71,14 +73,16 @@ def spawn_to_exit(argv: list[str], env: dict[str, str]) -> float:
 
 
 class Runners:
-    """Submits no-op jobs that nothing launches and runs their runners as a pod would."""
+    """Submits no-op jobs that nothing launches and runs their runners (``checkout``'s)
+    as a pod would."""
 
-    def __init__(self, root: Path, env: dict[str, str]) -> None:
+    def __init__(self, root: Path, checkout: Path = ROOT) -> None:
         import kinetic_core as kc
         from kinetic_core.util import registry
 
         registry.BACKENDS["scripted"] = "tests.core.scripted_backend:KIND"
-        self.kc, self.root, self.env = kc, root, env
+        self.kc, self.root, self.checkout = kc, root, checkout
+        self.env = child_env(checkout)
         self.uri = f"file://{root}"
         self.last: dict[str, float] = {}
 
@@ -88,7 +92,7 @@ class Runners:
         argv = [sys.executable, "-m", RUNNER, "--storage", self.uri, "--job-id", job.job_id]
         t0_ns = time.time_ns()  # the records' mtimes are on the same (real-time) clock
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, env=self.env, cwd=ROOT, stdout=subprocess.PIPE)
+        proc = subprocess.Popen(argv, env=self.env, cwd=self.checkout, stdout=subprocess.PIPE)
         out, _ = proc.communicate(timeout=60)  # the pod log: a pipe, drained
         exited = time.perf_counter() - t0
         if proc.returncode != 0:
@@ -104,6 +108,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--importtime-repeats", type=int, default=5)
+    parser.add_argument("--compare", type=Path, help="another checkout's runner, side by side")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="kinetic-bench-runner-start-"))
     try:
@@ -114,7 +119,7 @@ def main() -> int:
 
 def run(args: argparse.Namespace, tmp: Path) -> int:
     env = child_env()
-    runners = Runners(tmp / "kinetic", env)
+    runners = Runners(tmp / "kinetic")
     extra: dict[str, list[float]] = {"decided": [], "exited": []}
 
     def started() -> float:
@@ -133,6 +138,9 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         ),
         "runner spawn -> started.json": started,
     }
+    if args.compare is not None:
+        other = Runners(tmp / "kinetic", args.compare.resolve())
+        variants[f"{args.compare} runner -> started.json"] = other.run_one
     print(f"load average before: {load_avg()}  (cores: {os.cpu_count()})")
     names = list(variants)
     for _ in range(args.warmup):
