@@ -185,11 +185,11 @@ def _outputs_not_synced(job_id: str, problem: str, me: workers.Worker) -> dict[s
     """The failure a job whose function returned ends with when its outputs did not reach
     storage: FAILED, reason OutputsNotSynced (what ``problem`` says: why, and where the
     files are kept)."""
-    where = f" (worker {me.index})" if me.count > 1 else ""
     from kinetic_core.errors import OutputsNotSynced
     from kinetic_core.records.envelope import failure_body
     from kinetic_core.states import Reason
 
+    where = f" (worker {me.index})" if me.count > 1 else ""
     exc = OutputsNotSynced(f"Job {job_id}{where}: its function returned, but {problem}.")
     body = failure_body(exc, phase="outputs", traceback_text="")
     body["reason"] = Reason.OUTPUTS_NOT_SYNCED.value
