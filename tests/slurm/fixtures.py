@@ -9,11 +9,14 @@ it exists to catch.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import kinetic_core as kc
+from kinetic_core.storage import open_storage
 from tests.slurm.cluster import SlurmCluster, running_cluster
 
 
@@ -27,18 +30,44 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         yield cluster
 
 
-def run_examples_on_slurm(storage_uri: str, monkeypatch: pytest.MonkeyPatch, workdir: Path) -> None:
-    """Point this process at the private cluster (``slurm_cluster`` set ``SLURM_CONF``) and
-    ``storage_uri`` by ``KINETIC_*`` variables only, as a deployment would configure the
-    examples of ``dags_examples/``, from an empty working folder, with a fresh model-registry
-    key."""
+@pytest.fixture
+def slurm_examples(
+    slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> str:
+    """Point this process at the private cluster (``SLURM_CONF``, set by ``slurm_cluster``)
+    and a fresh shared ``file://`` storage by ``KINETIC_*`` variables only, as a deployment
+    would configure the examples of ``dags_examples/``, from an empty working folder, with
+    a fresh model-registry key; the storage URI."""
+    uri = f"file://{tmp_path / 'shared'}"
     env = {
         "KINETIC_BACKEND": "slurm",
-        "KINETIC_STORAGE": storage_uri,
+        "KINETIC_STORAGE": uri,
         "KINETIC_PARTITION": "main",
         "KINETIC_POLL_INTERVAL": "0.5",
-        "NIGHTLY_REGISTRY_KEY": f"reg-{workdir.name}",
+        "NIGHTLY_REGISTRY_KEY": f"reg-{tmp_path.name}",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.chdir(workdir)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    return uri
+
+
+def check_ran_on_slurm(cluster: SlurmCluster, storage_uri: str) -> list[str]:
+    """Every job in ``storage_uri`` ran as a Slurm job of the partition the configuration
+    named, and succeeded; their ids. Slurm's record of each (named after the job id) has
+    ended. A job collected by ``result()`` may read CANCELLED there: its cleanup runs
+    scancel while the batch job is still exiting after the runner recorded the value."""
+    storage = open_storage(storage_uri)
+    names = storage.walk("jobs")
+    job_ids = sorted(name.split("/")[0] for name in names if name.endswith("/handle.json"))
+    out = cluster.run("squeue", "-h", "-t", "all", "-o", "%j %T")
+    slurm_jobs = dict(line.split(None, 1) for line in out.splitlines())
+    for job_id in job_ids:
+        handle = json.loads(storage.read_bytes(f"jobs/{job_id}/handle.json"))
+        assert handle["target"]["backend"] == "slurm", handle["target"]
+        assert handle["target"]["partition"] == "main", handle["target"]
+        assert slurm_jobs.get(f"kinetic-{job_id}") in ("COMPLETED", "CANCELLED"), slurm_jobs
+        state = kc.attach(job_id, target={"storage": storage_uri}).state()
+        assert state.status is kc.JobStatus.SUCCEEDED, state
+    return job_ids
