@@ -105,13 +105,14 @@ test-slurm: env slurm
 ## each of AIRFLOW_MINORS in its own .venv-airflow-MINOR: the whole suite on the newest (locked)
 ## and the oldest; the middle minors run the provider's surface (connection form, plugin,
 ## links, triggers and resume, secrecy) and skip the end-to-end files that exercise kinetic
-## through the same code on every minor (DAG runs, multi-worker logs, the Kubernetes example,
-## detached batches), which keeps CI well under its limit.
+## through the same code on every minor (DAG runs, multi-worker logs, the Kubernetes and
+## Slurm examples, detached batches), which keeps CI well under its limit.
 ## The browser test (the dashboard inside a real `airflow api-server`) runs on the newest only
 AIRFLOW_MIDDLE := 3.1 3.2
-AIRFLOW_MIDDLE_SKIP := --ignore=tests/airflow/test_examples_k8s.py --ignore=tests/airflow/test_batch_detached.py \
+AIRFLOW_MIDDLE_SKIP := --ignore=tests/airflow/test_examples_k8s.py --ignore=tests/airflow/test_examples_slurm.py \
+  --ignore=tests/airflow/test_batch_detached.py \
   --ignore=tests/airflow/test_dag_runs.py --ignore=tests/airflow/test_log_workers.py
-test-airflow: env-airflow $(addprefix env-airflow-,$(AIRFLOW_MINORS)) k8s-binaries chromium
+test-airflow: env-airflow $(addprefix env-airflow-,$(AIRFLOW_MINORS)) k8s-binaries slurm chromium
 	.venv-airflow/bin/mypy providers/kinetic_airflow
 	for venv in .venv-airflow $(addprefix .venv-airflow-,$(AIRFLOW_MINORS)); do \
 	  skip=$$(case " $(AIRFLOW_MIDDLE) " in *" $${venv#.venv-airflow-} "*) echo "$(AIRFLOW_MIDDLE_SKIP)";; esac); \
@@ -122,7 +123,7 @@ test-airflow: env-airflow $(addprefix env-airflow-,$(AIRFLOW_MINORS)) k8s-binari
 	.venv-airflow/bin/pytest tests/airflow/browser $(PYTEST_FLAGS)
 	.venv-airflow/bin/pytest tests/docs -k airflow $(PYTEST_FLAGS)
 
-test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-binaries
+test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-binaries slurm
 	for minor in $(PREFECT_OLDEST) $(PREFECT_NEWEST); do \
 	  echo "== Prefect $$minor: $$(.venv-prefect-$$minor/bin/python -c 'import prefect; print(prefect.__version__)')" && \
 	  .venv-prefect-$$minor/bin/mypy providers/kinetic_prefect && \
