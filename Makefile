@@ -137,24 +137,28 @@ test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-bi
 test-packaging: env
 	.venv/bin/pytest tests/packaging $(PYTEST_FLAGS)
 
-## The whole suite in TEST_LANES parallel lanes (each lane runs its targets one after the
-## other). Lanes share no port (every test server and cluster takes free ports), no folder
-## and no venv; most of their time is waiting on real processes, so on 2 cores three lanes
-## take about half the time of one. `make test TEST_JOBS=1` runs them one after the other.
-## Each target's output is printed in one piece when it ends (--output-sync), with its times.
-TEST_JOBS ?= 3
-LANE_ENGINE := lint docs test-core test-docs test-ui test-packaging
-LANE_CLUSTERS := test-kubernetes test-slurm
+## The whole suite in parallel lanes; each lane runs its targets one after the other. Lanes
+## share no port (every test server and cluster takes free ports), no folder and no venv, and
+## most of their time is spent waiting on real processes, so on 2 cores they finish in about
+## half the time of one lane. Each target's output goes to test-logs/TARGET.log and is
+## printed in one piece when the target ends, with its time; `make test TEST_JOBS=1` runs
+## the lanes one after the other.
+TEST_JOBS ?= 4
+LANES := engine clusters airflow prefect
+lane-targets = $(or $(LANE_$(1)),test-$(1))
+LANE_engine := lint docs test-core test-docs test-ui test-packaging
+LANE_clusters := test-kubernetes test-slurm
 test: env env-airflow env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) \
       $(addprefix env-airflow-,$(AIRFLOW_MINORS)) chromium slurm k8s-binaries
-	@start=$$(date +%s); $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target \
-	  lane-engine lane-clusters lane-airflow lane-prefect \
-	  && echo "== the whole suite passed in $$(( $$(date +%s) - start ))s"
+	@rm -rf test-logs && mkdir -p test-logs && start=$$(date +%s) && \
+	  $(MAKE) --no-print-directory -j$(TEST_JOBS) $(addprefix lane-,$(LANES)) && \
+	  echo "== the whole suite passed in $$(( $$(date +%s) - start ))s"
 
-lane-engine lane-clusters lane-airflow lane-prefect: lane-%:
-	@for target in $(if $(filter engine,$*),$(LANE_ENGINE),$(if $(filter clusters,$*),$(LANE_CLUSTERS),test-$*)); do \
-	  start=$$(date +%s); $(MAKE) --no-print-directory -j1 --output-sync=target $$target || exit 1; \
-	  echo "== $$target passed in $$(( $$(date +%s) - start ))s (lane $*, $$(date -u +%T) UTC)"; done
+$(addprefix lane-,$(LANES)): lane-%:
+	@mkdir -p test-logs; for target in $(call lane-targets,$*); do start=$$(date +%s); \
+	  $(MAKE) --no-print-directory -j1 $$target >test-logs/$$target.log 2>&1; rc=$$?; \
+	  echo "== $$target (lane $*): $$( ((rc)) && echo FAILED || echo passed) in $$(( $$(date +%s) - start ))s" \
+	  "at $$(date -u +%T) UTC" && cat test-logs/$$target.log && ((rc == 0)) || exit 1; done
 
 ## the main job on the embedded default: the nightly pipeline in Airflow 3 and in Prefect 3.
 ## Everything goes to the demo's own storage root (.kinetic-demo/ here, new on each run: the
