@@ -34,7 +34,8 @@ from kinetic_core.config.target import DEFAULT_LOST_GRACE, Target
 from kinetic_core.errors import BackendError, SubmissionError
 from kinetic_core.records import log_chunks
 from kinetic_core.records.layout import STARTED, job_file
-from kinetic_core.records.lifecycle import read_outcome
+from kinetic_core.records.lifecycle import BY_RUNNER, read_outcome
+from kinetic_core.runtime import decided_stop, signals
 from kinetic_core.states import Reason
 from kinetic_core.storage import open_storage
 from kinetic_core.util import signing
@@ -49,6 +50,11 @@ LOG_CHUNK = 1 << 20
 #: job leaves COMPLETING: Slurm's KillWait between SIGTERM and SIGKILL, then the nodes'
 #: reports); a job still ending after it is observed again later.
 CANCEL_WAIT = 45.0
+#: Seconds within which a task Slurm cannot reach stops itself once the job's end is
+#: decided: the runner's storage tick, its kill grace, and room for a loaded node.
+SELF_STOP_S = signals.POLL_SECONDS + decided_stop.GRACE_SECONDS + 8.0
+#: Slurm ends that say a node failed: its tasks there are not known to be gone.
+NODE_ENDS = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
 
 def _python() -> str:
@@ -204,7 +210,10 @@ class SlurmBackend:
             return BackendState("not_found")  # never launched here, or deleted
         if record is not None:
             self._missing.pop(job_id, None)
-            return job_state(record)
+            state = job_state(record)
+            if state.phase == "exited" and _state_word(record) in NODE_ENDS:
+                return self._stray_stopping(job_id, record) or state
+            return state
         if not (folder / SLURM_ID).exists():
             if _locked(folder / LOCK):
                 return BackendState(
@@ -216,6 +225,33 @@ class SlurmBackend:
                 ran=False,
             )
         return self._forgotten(job_id)
+
+    def _stray_stopping(self, job_id: str, record: dict[str, Any]) -> BackendState | None:
+        """Slurm ended the job for a node failure, but a node of it does not respond: its
+        tasks there may run on (a slurmd that died leaves them), and only storage reaches
+        them (``runtime/decided_stop.py``). Once the job's end is decided (the status
+        resolution sealed it), they stop themselves within ``SELF_STOP_S``: until then the
+        job reads running (Terminating), so its next attempt never starts beside them."""
+        nodes = str(record.get("nodes") or "")
+        if not nodes or not self.storage_uri:
+            return None
+        outcome = read_outcome(open_storage(self.storage_uri), job_id)
+        if outcome is None or outcome.get("by") == BY_RUNNER:
+            return None  # undecided: reads ended, so the resolution decides (and seals) it
+        at = outcome.get("at")
+        since = time.time() - at if isinstance(at, int | float) else SELF_STOP_S
+        if since >= SELF_STOP_S:
+            return None
+        silent = _unresponsive(nodes)
+        if not silent:
+            return None  # every node answers: Slurm itself stopped the tasks
+        return BackendState(
+            "running",
+            reason=Reason.TERMINATING,
+            message=f"Slurm job {record.get('job_id')} ended for a node failure; node(s) "
+            f"{', '.join(silent)} do not respond, so its tasks there may still run: they stop "
+            f"on reading the job's decided end (within {SELF_STOP_S:g}s)",
+        )
 
     def _forgotten(self, job_id: str) -> BackendState:
         """Slurm took the job and no longer knows it: its outcome in storage decides; an
@@ -317,6 +353,21 @@ class SlurmBackend:
         self.cancel(job_id)
         self._missing.pop(job_id, None)
         shutil.rmtree(self._dir(job_id), ignore_errors=True)
+
+
+def _state_word(record: dict[str, Any]) -> str:
+    return str(record.get("job_state") or "").split(",")[0].upper()
+
+
+def _unresponsive(nodes: str) -> list[str]:
+    """The nodes of ``nodes`` (a Slurm node list) that slurmctld says do not respond (a
+    state ending in ``*``); none when sinfo cannot say."""
+    try:
+        out = cli.run(["sinfo", "-h", "-N", "-n", nodes, "-o", "%N %t"], retry=False)
+    except BackendError:
+        return []
+    rows = [line.split() for line in out.splitlines() if len(line.split()) == 2]
+    return sorted({name for name, state in rows if state.endswith("*")})
 
 
 def _rank(record: dict[str, Any]) -> tuple[int, int]:
