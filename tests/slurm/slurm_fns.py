@@ -58,7 +58,7 @@ def gpus_seen() -> dict[str, str]:
     return {k: os.environ.get(k, "") for k in keys}
 
 
-def _alive_in(slurm_job: str) -> list[int]:
+def alive_in(slurm_job: str) -> list[int]:
     """Live (non-zombie) processes on this machine that belong to Slurm job ``slurm_job``."""
     wanted = f"SLURM_JOB_ID={slurm_job}".encode()
     found = []
@@ -87,7 +87,7 @@ def as_a_unit(marker: str, seconds: float) -> int:
     me, job = kc.worker().index, os.environ.get("SLURM_JOB_ID", "?")
     with open(marker) if os.path.exists(marker) else open(os.devnull) as fh:
         earlier = {line.split()[0] for line in fh.read().splitlines()} - {job}
-    left = sum(len(_alive_in(j)) for j in earlier)
+    left = sum(len(alive_in(j)) for j in earlier)
     with open(marker, "a") as fh:
         fh.write(f"{job} {me} {left}\n")
     if not earlier:

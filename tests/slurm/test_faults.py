@@ -4,6 +4,8 @@ a job that stays pending, a job Slurm forgot (see docs/slurm.md, "What survives 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,3 +152,36 @@ def test_schedule_timeout_stops_a_job_that_stays_pending(
         assert "Resources" in (state.message or ""), state
         live = slurm_cluster.run("squeue", "-h", f"--name={job_name(handle.job_id)}", "-o", "%i %T")
         assert live.strip() == "", live
+
+
+def test_a_job_slurm_forgot_that_never_decided_reads_lost_after_lost_grace(
+    slurm_target: kc.Target, slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """The job's node dies with its tasks (slurmd and every task SIGKILLed) and slurmctld
+    restarts with its state lost: nothing recorded an end. The job reads RUNNING
+    (NodeUnreachable: its node may come back) until lost_grace, then FAILED Lost."""
+    marker = tmp_path / "runs.txt"
+    target = slurm_target.merge({"lost_grace": 20})
+    handle = kc.submit(slurm_fns.mark_and_sleep, (str(marker), 600), target=target)
+    until("the job to run", lambda: _runs(marker))
+    slurm_id = _runs(marker)[0]
+    node = slurm_cluster.run("squeue", "-h", "-j", slurm_id, "-o", "%N").strip()
+    slurm_cluster.stop_node(node)
+    try:
+        for pid in slurm_fns.alive_in(slurm_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        until(f"Slurm job {slurm_id}'s processes to die", lambda: not slurm_fns.alive_in(slurm_id))
+        slurm_cluster.stop("slurmctld")
+        slurm_cluster.start_controller(clear=True)
+        state = handle.state()
+        assert (state.status, state.reason) == (kc.JobStatus.RUNNING, Reason.NODE_UNREACHABLE), (
+            state
+        )
+        state = handle.wait(timeout=120)
+    finally:
+        slurm_cluster.start_node(node)
+        slurm_cluster.wait_nodes()
+    assert (state.status, state.reason) == (kc.JobStatus.FAILED, Reason.LOST), state
+    assert "lost_grace=20s" in (state.message or ""), state
+    assert len(_runs(marker)) == 1
