@@ -8,7 +8,10 @@ canceller killed between its record and its stop. Storage is the channel left, a
 runner already reads it every tick for signal requests (``signals.Watcher``): when that
 read shows an outcome decided by anyone but a runner, this runner stops as a cancel stops
 a job on every backend: SIGTERM (the function's ``on_preemption`` callbacks run, and
-``finally`` blocks), then, after ``KINETIC_KILL_GRACE`` seconds, SIGKILL.
+``finally`` blocks), then, after ``KINETIC_KILL_GRACE`` seconds, SIGKILL. As it ends (the
+sidecar's stop, in the runner's last ``finally``; or right before the SIGKILL) it records
+``self-stopped-worker-{k}.json``: where the backend cannot see the job's processes
+(Slurm after a node failure), that record is how their end is known.
 
 When the runner leads its own process group (a Slurm task, a container's first process)
 the rest of the group (what the function started) gets the same signals; under the local
@@ -23,9 +26,11 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from kinetic_core.records.lifecycle import BY_RUNNER, read_outcome
+from kinetic_core.records import layout
+from kinetic_core.records.lifecycle import BY_RUNNER, read_outcome, write_record
 from kinetic_core.storage import Storage
 from kinetic_core.util.procs import group_members, kill_group_members
 
@@ -37,9 +42,10 @@ GRACE_SECONDS = 5.0
 class DecidedStop:
     """Looks for job ``job_id``'s outcome when asked (``check``), acts on it once."""
 
-    def __init__(self, storage: Storage, job_id: str) -> None:
-        self.storage, self.job_id = storage, job_id
+    def __init__(self, storage: Storage, job_id: str, worker: int) -> None:
+        self.storage, self.job_id, self.worker = storage, job_id, worker
         self.settled = False  # an outcome was seen: nothing more to look for
+        self.stopping = False  # this runner is stopping on a decided end
 
     def check(self) -> None:
         """Read the outcome (the caller saw ``outcome.json`` listed); stop on a decided stop."""
@@ -50,7 +56,26 @@ class DecidedStop:
             return
         self.settled = True
         if outcome.get("by") != BY_RUNNER:
-            stop(_why(self.job_id, outcome))
+            self.stopping = True
+            stop(_why(self.job_id, outcome), self.ended)
+
+    def ended(self) -> None:
+        """Called as the runner ends (the sidecar's stop, or right before the SIGKILL): if
+        it is ending on a decided end, say so in storage. A backend that cannot see its
+        processes (Slurm, after a node failure) waits for this record."""
+        if not self.stopping:
+            return
+        self.stopping = False  # once
+        try:
+            write_record(
+                self.storage,
+                self.job_id,
+                layout.SELF_STOPPED.format(self.worker),
+                event="self-stopped",
+                worker=self.worker,
+            )
+        except Exception as exc:  # storage down: the backend's bounded wait covers it
+            print(f"kinetic: could not record the stop: {exc}", file=sys.stderr, flush=True)
 
 
 def _why(job_id: str, outcome: dict[str, Any]) -> str:
@@ -60,9 +85,10 @@ def _why(job_id: str, outcome: dict[str, Any]) -> str:
     )
 
 
-def stop(why: str) -> None:
+def stop(why: str, ending: Callable[[], None]) -> None:
     """SIGTERM to this process's main thread (its handler runs, its waits are interrupted)
-    and to the rest of its group when it leads one; SIGKILL to what is left after the grace."""
+    and to the rest of its group when it leads one; SIGKILL to what is left after the grace.
+    ``ending`` runs right before the SIGKILL."""
     print(f"kinetic: {why}", file=sys.stderr, flush=True)
     me = os.getpid()
     leader = os.getpgrp() == me
@@ -70,16 +96,18 @@ def stop(why: str) -> None:
     for pid in group_members(me) if leader else []:
         _signal(pid, signal.SIGTERM)
     grace = float(os.environ.get(GRACE_ENV) or GRACE_SECONDS)
-    timer = threading.Timer(grace, _kill, (leader,))
+    timer = threading.Timer(grace, _kill, (leader, ending))
     timer.daemon = True  # it dies with the runner: a runner that ended needs no SIGKILL
     timer.start()
 
 
-def _kill(leader: bool) -> None:
+def _kill(leader: bool, ending: Callable[[], None]) -> None:
     print("kinetic: still running after the kill grace: SIGKILL", file=sys.stderr, flush=True)
+    ending()
     if leader:
         kill_group_members(os.getpid())
     os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(128 + signal.SIGKILL)  # a container's first process ignores its own SIGKILL
 
 
 def _signal(pid: int, sig: int) -> None:

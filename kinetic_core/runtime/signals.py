@@ -203,7 +203,7 @@ class Watcher:
     def __init__(self, storage: Storage, job_id: str, worker: int, signing_key: str | None) -> None:
         self.storage, self.job_id, self.worker, self.key = storage, job_id, worker, signing_key
         self.seen: set[str] = set()
-        self.decided = DecidedStop(storage, job_id)
+        self.decided = DecidedStop(storage, job_id, worker)
 
     def tick(self) -> None:
         here = set(self.storage.list_names(layout.job_dir(self.job_id)))
@@ -211,6 +211,10 @@ class Watcher:
             self.decided.check()
         if layout.SIGNALS in here:
             self._requests()
+
+    def close(self) -> None:
+        """The runner is ending (the sidecar stops): record a stop on a decided end."""
+        self.decided.ended()
 
     def _requests(self) -> None:
         names = sorted(self.storage.list_names(layout.signals_dir(self.job_id)))

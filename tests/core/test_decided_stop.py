@@ -12,7 +12,8 @@ import pytest
 
 import kinetic_core as kc
 from kinetic_core.control.polling import poll_ticks
-from kinetic_core.records.lifecycle import decide
+from kinetic_core.records import layout
+from kinetic_core.records.lifecycle import decide, workers_left
 from kinetic_core.runtime import decided_stop, signals
 from kinetic_core.storage import open_storage
 from kinetic_core.util.procs import process_alive
@@ -53,6 +54,7 @@ def test_a_job_decided_stopped_in_storage_stops_itself(
     marks = tmp_path / "marks.txt"
     job = kc.submit(signalfns.hold_with_child, (str(marks),))
     runner, child = _started(marks)
+    assert workers_left(open_storage(storage_uri), job.job_id) == [0]
     _decide(storage_uri, job, by)
     until(
         lambda: not process_alive(runner) and not process_alive(child),
@@ -61,6 +63,9 @@ def test_a_job_decided_stopped_in_storage_stops_itself(
     assert "stopping" in marks.read_text().splitlines()
     assert job.state().status is kc.JobStatus.CANCELLED
     assert f"was decided CANCELLED (Cancelled, by {by}" in job.logs()
+    storage = open_storage(storage_uri)  # what a backend blind to the processes reads
+    assert storage.exists(layout.job_file(job.job_id, layout.SELF_STOPPED.format(0)))
+    assert workers_left(storage, job.job_id) == []
 
 
 def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(
@@ -75,6 +80,7 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(
         f"runner {runner} and child {child} to be killed",
     )
     assert "still running after the kill grace: SIGKILL" in job.logs()
+    assert workers_left(open_storage(storage_uri), job.job_id) == []
     assert job.state().status is kc.JobStatus.CANCELLED
 
 
@@ -89,3 +95,4 @@ def test_an_outcome_decided_by_a_runner_stops_nothing(storage_uri: str, tmp_path
     assert "stopping" not in marks.read_text().splitlines()
     until(lambda: not process_alive(runner), f"runner {runner} to end by itself")
     assert "was decided" not in job.logs()
+    assert workers_left(open_storage(storage_uri), job.job_id) == []  # finished.json

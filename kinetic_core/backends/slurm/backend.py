@@ -34,10 +34,10 @@ from kinetic_core.config.target import DEFAULT_LOST_GRACE, Target
 from kinetic_core.errors import BackendError, SubmissionError
 from kinetic_core.records import log_chunks
 from kinetic_core.records.layout import STARTED, job_file
-from kinetic_core.records.lifecycle import BY_RUNNER, read_outcome
+from kinetic_core.records.lifecycle import BY_RUNNER, read_outcome, workers_left
 from kinetic_core.runtime import decided_stop, signals
 from kinetic_core.states import Reason
-from kinetic_core.storage import open_storage
+from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import signing
 from kinetic_core.util.ids import validate_id
 from kinetic_core.util.retrying import transient_retry
@@ -229,28 +229,22 @@ class SlurmBackend:
     def _stray_stopping(self, job_id: str, record: dict[str, Any]) -> BackendState | None:
         """Slurm ended the job for a node failure, but a node of it does not respond: its
         tasks there may run on (a slurmd that died leaves them), and only storage reaches
-        them (``runtime/decided_stop.py``). Once the job's end is decided (the status
-        resolution sealed it), they stop themselves within ``SELF_STOP_S``: until then the
-        job reads running (Terminating), so its next attempt never starts beside them."""
-        nodes = str(record.get("nodes") or "")
-        if not nodes or not self.storage_uri:
+        them. While they stop themselves (``_stopping_itself``) the job reads running
+        (Terminating), so its next attempt never starts beside them."""
+        if not self.storage_uri:
             return None
-        outcome = read_outcome(open_storage(self.storage_uri), job_id)
-        if outcome is None or outcome.get("by") == BY_RUNNER:
-            return None  # undecided: reads ended, so the resolution decides (and seals) it
-        at = outcome.get("at")
-        since = time.time() - at if isinstance(at, int | float) else SELF_STOP_S
-        if since >= SELF_STOP_S:
-            return None
-        silent = _unresponsive(nodes)
+        storage = open_storage(self.storage_uri)
+        stopping = _stopping_itself(storage, job_id, read_outcome(storage, job_id))
+        if stopping is None:
+            return None  # undecided (the resolution decides and seals it), or stopped
+        silent = _unresponsive(str(record.get("nodes") or ""))
         if not silent:
             return None  # every node answers: Slurm itself stopped the tasks
         return BackendState(
             "running",
             reason=Reason.TERMINATING,
             message=f"Slurm job {record.get('job_id')} ended for a node failure; node(s) "
-            f"{', '.join(silent)} do not respond, so its tasks there may still run: they stop "
-            f"on reading the job's decided end (within {SELF_STOP_S:g}s)",
+            f"{', '.join(silent)} do not respond: {stopping}",
         )
 
     def _forgotten(self, job_id: str) -> BackendState:
@@ -261,8 +255,16 @@ class SlurmBackend:
             f"Slurm no longer knows job {slurm_id} (MinJobAge passed, or slurmctld lost its state)"
         )
         storage = open_storage(self.storage_uri) if self.storage_uri else None
-        if storage is None or read_outcome(storage, job_id) is not None:
+        if storage is None:
+            return BackendState("gone", message=where)
+        outcome = read_outcome(storage, job_id)
+        if outcome is not None:
             self._missing.pop(job_id, None)
+            stopping = _stopping_itself(storage, job_id, outcome)
+            if stopping is not None:
+                return BackendState(
+                    "running", reason=Reason.TERMINATING, message=f"{where}; {stopping}"
+                )
             return BackendState("gone", message=where)
         first = self._missing.setdefault(job_id, time.time())
         if time.time() - first > self.lost_grace:
@@ -353,6 +355,26 @@ class SlurmBackend:
         self.cancel(job_id)
         self._missing.pop(job_id, None)
         shutil.rmtree(self._dir(job_id), ignore_errors=True)
+
+
+def _stopping_itself(storage: Storage, job_id: str, outcome: dict[str, Any] | None) -> str | None:
+    """Why the job may still have processes Slurm cannot see, or None. Its end was decided
+    by anyone but a runner (a cancel, a limit, a sealed Lost): every runner reads that and
+    stops itself (``runtime/decided_stop.py``), recording so; until each worker that
+    started has recorded its end or its stop, and at most ``SELF_STOP_S`` after the
+    decision, its processes may still run."""
+    if outcome is None or outcome.get("by") == BY_RUNNER:
+        return None
+    at = outcome.get("at")
+    if not isinstance(at, int | float) or time.time() - at >= SELF_STOP_S:
+        return None
+    left = workers_left(storage, job_id)
+    if not left:
+        return None
+    return (
+        f"worker(s) {', '.join(map(str, left))} may still run: they stop on reading the "
+        f"job's decided end (within {SELF_STOP_S:g}s)"
+    )
 
 
 def _state_word(record: dict[str, Any]) -> str:
