@@ -10,6 +10,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import kinetic_core as kc
 from kinetic_core.backends.slurm import job_name
 from kinetic_core.states import Reason
@@ -41,13 +43,17 @@ def controller_down(cluster: SlurmCluster, seconds: float = OUTAGE_S) -> Iterato
             cluster.start_controller()
 
 
+@pytest.mark.parametrize("seconds", [5, 35], ids=["ends-in-the-outage", "outlasts-lost-grace"])
 def test_a_wait_rides_out_the_controller_down_for_40s(
-    slurm_target: kc.Target, slurm_cluster: SlurmCluster, tmp_path: Path
+    slurm_target: kc.Target, slurm_cluster: SlurmCluster, tmp_path: Path, seconds: float
 ) -> None:
     """The job ends while slurmctld is down; result() waits through the outage (every
-    poll fails as transient) and returns the job's value once: no Lost, no second run."""
+    poll fails as transient) and returns the job's value once: no Lost, no second run.
+    An outage is not a job Slurm forgot: a job still running after lost_grace (15 s) of
+    it is not Lost (22.05's ``squeue --json`` exits 0 with an empty list and an error)."""
     marker = tmp_path / "runs.txt"
-    handle = kc.submit(slurm_fns.mark_and_sleep, (str(marker), 5), target=slurm_target)
+    target = slurm_target.merge({"lost_grace": 15, "max_recoveries": 1})
+    handle = kc.submit(slurm_fns.mark_and_sleep, (str(marker), seconds), target=target)
     until("the job to run", lambda: _runs(marker))
     with controller_down(slurm_cluster):
         value = handle.result(timeout=300)

@@ -186,9 +186,12 @@ class SlurmBackend:
         (the newest record of a name; a live one wins over an ended one)."""
         out = cli.run(["squeue", "--json"], retry=False)  # the poller rides out a failure
         try:
-            jobs = json.loads(out).get("jobs") or []
+            data = json.loads(out)
+            jobs, errors = data.get("jobs") or [], data.get("errors") or []
         except (ValueError, AttributeError) as exc:
             raise BackendError(f"squeue --json printed something else: {exc}") from exc
+        if errors:
+            raise _squeue_failed(errors)
         found: dict[str, dict[str, Any]] = {}
         for record in jobs:
             name = str(record.get("name") or "")
@@ -375,6 +378,21 @@ def _stopping_itself(storage: Storage, job_id: str, outcome: dict[str, Any] | No
         f"worker(s) {', '.join(map(str, left))} may still run: they stop on reading the "
         f"job's decided end (within {SELF_STOP_S:g}s)"
     )
+
+
+def _squeue_failed(errors: list[Any]) -> BackendError:
+    """``squeue --json`` that could not load the jobs: 22.05 exits 0 then, with an empty
+    list and an error (``slurm_load_jobs``) when slurmctld does not answer. Read as no
+    jobs, every job would look forgotten, and after ``lost_grace`` of an outage, Lost."""
+    first = errors[0] if isinstance(errors[0], dict) else {"description": str(errors[0])}
+    said = f"{first.get('description') or first.get('error')} ({first.get('source')})"
+    if first.get("source") == "slurm_load_jobs":
+        return BackendError(
+            f"Slurm did not answer squeue: {said}. slurmctld is down, restarting or "
+            "overloaded; the job is unaffected: try again.",
+            transient=True,
+        )
+    return BackendError(f"Slurm command squeue failed: {said}")
 
 
 def _state_word(record: dict[str, Any]) -> str:
