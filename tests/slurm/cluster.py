@@ -29,9 +29,9 @@ from pathlib import Path
 
 NODES = ("n1", "n2", "n3", "n4")
 CPUS_PER_NODE = 2
-#: Fake GPUs per node (gres.conf: ``File=`` entries naming empty files under the cluster's
-#: folder): Slurm schedules them and sets CUDA_VISIBLE_DEVICES / SLURM_JOB_GPUS as for real
-#: ones; no device is behind them.
+#: Fake GPUs per node (gres.conf: ``File=`` entries naming character devices under the
+#: cluster's folder, /dev/null's): Slurm schedules them and sets CUDA_VISIBLE_DEVICES /
+#: SLURM_JOB_GPUS as for real ones; no GPU is behind them.
 GPUS_PER_NODE = 2
 START_TIMEOUT = 60.0
 
