@@ -98,5 +98,6 @@ def stop() -> None:
         try:
             with contextlib.suppress(Exception):
                 sidecar.sampler.write()
+            sidecar.watcher.close()  # a runner stopping on a decided end says so
         finally:
             sidecar.busy.release()
