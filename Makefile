@@ -3,11 +3,13 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.local/bin:$(PATH)
 UV ?= uv
 EXTRAS := --extra dev --extra cli --extra gcs --extra kubernetes --extra ui
-SYNC := $(UV) sync --frozen --python 3.11 --quiet
+## --inexact: a sync never removes what a test target added (Playwright), so one lane's sync
+## cannot pull a package from under another lane's running tests
+SYNC := $(UV) sync --frozen --inexact --python 3.11 --quiet
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
 .PHONY: demo test uv env env-airflow env-prefect lint docs k8s-binaries \
-        test-core test-docs test-ui test-kubernetes test-airflow test-prefect test-packaging bench clean \
+        test-core test-docs test-ui test-kubernetes test-airflow test-airflow-newest test-prefect test-packaging bench clean \
         chromium screenshots slurm test-slurm
 
 ## uv: bootstrap uv from PyPI when it is missing
@@ -50,20 +52,21 @@ env-prefect-%: uv
 ## (after that venv's sync, which would remove it), pointed at this chromium
 PLAYWRIGHT := playwright==1.65.2
 playwright = $(UV) pip install --quiet --python $(1)/bin/python '$(PLAYWRIGHT)'
+## every apt run holds one lock: the test lanes run in parallel and apt refuses a second dpkg
+APT := flock /tmp/kinetic-apt.lock env DEBIAN_FRONTEND=noninteractive
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { $(APT) apt-get update -qq && \
+	  $(APT) apt-get install -y -qq chromium >/dev/null; }
 
 ## Slurm and munge for the Slurm tests: Debian's packages, installed when missing (the tests
 ## start a private cluster of their own; nothing is configured or started system-wide)
 slurm:
 	@command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	  slurm-wlm munge >/dev/null; }
+	  $(APT) apt-get update -qq && $(APT) apt-get install -y -qq slurm-wlm munge >/dev/null; }
 
 ## the real Kubernetes control plane for tests (built once per machine, then cached)
 k8s-binaries:
-	bash tests/kubernetes/cluster/build.sh
+	flock /tmp/kinetic-apt.lock bash tests/kubernetes/cluster/build.sh
 
 lint: env
 	.venv/bin/ruff check .
@@ -105,24 +108,28 @@ test-slurm: env slurm
 ## each of AIRFLOW_MINORS in its own .venv-airflow-MINOR: the whole suite on the newest (locked)
 ## and the oldest; the middle minors run the provider's surface (connection form, plugin,
 ## links, triggers and resume, secrecy) and skip the end-to-end files that exercise kinetic
-## through the same code on every minor (DAG runs, multi-worker logs, the Kubernetes example,
-## detached batches), which keeps CI well under its limit.
+## through the same code on every minor (DAG runs, multi-worker logs, the Kubernetes and
+## Slurm examples, detached batches), which keeps CI well under its limit.
 ## The browser test (the dashboard inside a real `airflow api-server`) runs on the newest only
 AIRFLOW_MIDDLE := 3.1 3.2
-AIRFLOW_MIDDLE_SKIP := --ignore=tests/airflow/test_examples_k8s.py --ignore=tests/airflow/test_batch_detached.py \
+AIRFLOW_MIDDLE_SKIP := --ignore=tests/airflow/test_examples_k8s.py --ignore=tests/airflow/test_examples_slurm.py \
+  --ignore=tests/airflow/test_batch_detached.py \
   --ignore=tests/airflow/test_dag_runs.py --ignore=tests/airflow/test_log_workers.py
-test-airflow: env-airflow $(addprefix env-airflow-,$(AIRFLOW_MINORS)) k8s-binaries chromium
+## test-airflow runs every minor; test-airflow-newest and test-airflow-MINOR one each
+test-airflow: test-airflow-newest $(addprefix test-airflow-,$(AIRFLOW_MINORS))
+test-airflow-newest: env-airflow k8s-binaries slurm chromium
 	.venv-airflow/bin/mypy providers/kinetic_airflow
-	for venv in .venv-airflow $(addprefix .venv-airflow-,$(AIRFLOW_MINORS)); do \
-	  skip=$$(case " $(AIRFLOW_MIDDLE) " in *" $${venv#.venv-airflow-} "*) echo "$(AIRFLOW_MIDDLE_SKIP)";; esac); \
-	  echo "== Airflow $$($$venv/bin/python -c 'import airflow; print(airflow.__version__)') $$skip" && \
-	  $$venv/bin/pytest tests/airflow --ignore=tests/airflow/browser $(PYTEST_FLAGS) $$skip \
-	  || exit 1; done
+	@echo "== Airflow $$(.venv-airflow/bin/python -c 'import airflow; print(airflow.__version__)')"
+	.venv-airflow/bin/pytest tests/airflow --ignore=tests/airflow/browser $(PYTEST_FLAGS)
 	$(call playwright,.venv-airflow)
 	.venv-airflow/bin/pytest tests/airflow/browser $(PYTEST_FLAGS)
 	.venv-airflow/bin/pytest tests/docs -k airflow $(PYTEST_FLAGS)
+$(addprefix test-airflow-,$(AIRFLOW_MINORS)): test-airflow-%: env-airflow-% k8s-binaries slurm
+	@echo "== Airflow $$(.venv-airflow-$*/bin/python -c 'import airflow; print(airflow.__version__)')"
+	.venv-airflow-$*/bin/pytest tests/airflow --ignore=tests/airflow/browser $(PYTEST_FLAGS) \
+	  $(if $(filter $*,$(AIRFLOW_MIDDLE)),$(AIRFLOW_MIDDLE_SKIP))
 
-test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-binaries
+test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-binaries slurm
 	for minor in $(PREFECT_OLDEST) $(PREFECT_NEWEST); do \
 	  echo "== Prefect $$minor: $$(.venv-prefect-$$minor/bin/python -c 'import prefect; print(prefect.__version__)')" && \
 	  .venv-prefect-$$minor/bin/mypy providers/kinetic_prefect && \
@@ -134,7 +141,32 @@ test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-bi
 test-packaging: env
 	.venv/bin/pytest tests/packaging $(PYTEST_FLAGS)
 
-test: lint docs test-core test-docs test-ui test-kubernetes test-slurm test-airflow test-prefect test-packaging
+## The whole suite in parallel lanes; each lane runs its targets one after the other. Lanes
+## share no port (every test server and cluster takes free ports), no folder and no venv, and
+## most of their time is spent waiting on real processes, so on 2 cores they finish in about
+## half the time of one lane. Each target's output goes to test-logs/TARGET.log and is
+## printed in one piece when the target ends, with its time; `make test TEST_JOBS=1` runs
+## the lanes one after the other.
+TEST_JOBS ?= 4
+## the lanes, balanced by their measured times (the newest and the oldest Airflow minors run
+## the whole provider suite: the longest single targets)
+LANES := engine clusters airflow orchestrators
+LANE_engine := lint docs test-core test-docs test-ui test-packaging
+LANE_clusters := test-kubernetes test-slurm
+LANE_airflow := test-airflow-newest test-airflow-3.1
+LANE_orchestrators := test-airflow-3.0 test-airflow-3.2 test-prefect
+.PHONY: $(addprefix lane-,$(LANES)) $(addprefix test-airflow-,$(AIRFLOW_MINORS))
+test: env env-airflow env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) \
+      $(addprefix env-airflow-,$(AIRFLOW_MINORS)) chromium slurm k8s-binaries
+	@rm -rf test-logs && mkdir -p test-logs && start=$$(date +%s) && \
+	  $(MAKE) --no-print-directory -j$(TEST_JOBS) $(addprefix lane-,$(LANES)) && \
+	  echo "== the whole suite passed in $$(( $$(date +%s) - start ))s"
+
+$(addprefix lane-,$(LANES)): lane-%:
+	@mkdir -p test-logs; for target in $(LANE_$*); do start=$$(date +%s); \
+	  $(MAKE) --no-print-directory -j1 $$target >test-logs/$$target.log 2>&1; rc=$$?; \
+	  echo "== $$target (lane $*): $$( ((rc)) && echo FAILED || echo passed) in $$(( $$(date +%s) - start ))s" \
+	  "at $$(date -u +%T) UTC" && cat test-logs/$$target.log && ((rc == 0)) || exit 1; done
 
 ## the main job on the embedded default: the nightly pipeline in Airflow 3 and in Prefect 3.
 ## Everything goes to the demo's own storage root (.kinetic-demo/ here, new on each run: the

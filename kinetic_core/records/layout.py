@@ -71,6 +71,8 @@ STARTED = "started.json"
 FINISHED = "finished.json"
 STOP = "stop.json"  # written by older versions; read as evidence
 OUTCOME = "outcome.json"
+#: Worker k's runner stopped itself on reading a decided end (``runtime/decided_stop.py``).
+SELF_STOPPED = "self-stopped-worker-{}.json"
 COLLECTED = "collected.json"
 LAUNCHED = "launched.json"  # the backend accepted the job (a later "not found" means deleted)
 LOG = "output.log"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -145,3 +146,21 @@ def read_evidence(storage: Storage, job_id: str) -> Evidence:
         except Exception:
             pass
     return ev
+
+
+_WORKER_RECORD = re.compile(r"^(started|finished|self-stopped)(?:-worker-([0-9]+))?\.json$")
+
+
+def workers_left(storage: Storage, job_id: str) -> list[int]:
+    """The workers of the job whose runner started and recorded neither its finish nor
+    that it stopped itself on a decided end (``layout.SELF_STOPPED``): those whose
+    processes may still run, as far as storage knows. One listing of the job's folder."""
+    started: set[int] = set()
+    ended: set[int] = set()
+    for name in storage.list_names(layout.job_dir(job_id)):
+        found = _WORKER_RECORD.match(name)
+        if found is None or (found.group(1) == "self-stopped" and found.group(2) is None):
+            continue
+        worker = int(found.group(2) or 0)
+        (started if found.group(1) == "started" else ended).add(worker)
+    return sorted(started - ended)

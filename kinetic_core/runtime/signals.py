@@ -30,6 +30,7 @@ from typing import Any
 from kinetic_core.errors import ConfigError, SignalRefused
 from kinetic_core.records import layout
 from kinetic_core.records.lifecycle import read_json
+from kinetic_core.runtime.decided_stop import DecidedStop
 from kinetic_core.storage import Storage
 from kinetic_core.util import signing
 
@@ -191,14 +192,31 @@ def read_acks(
 
 
 class Watcher:
-    """Delivers the requests meant for worker ``worker`` of job ``job_id``, each once
-    (``tick()`` is called by the runner's sidecar thread)."""
+    """Delivers the requests meant for worker ``worker`` of job ``job_id``, each once, and
+    stops the runner once the job was decided stopped (``decided_stop``): ``tick()`` is
+    called by the runner's sidecar thread.
+
+    One listing of the job's folder per tick shows both: ``outcome.json`` (read only once
+    it is there) and the ``signals`` folder (listed only once it is there), so a tick of a
+    job nobody signals costs the one listing it cost before the stop check."""
 
     def __init__(self, storage: Storage, job_id: str, worker: int, signing_key: str | None) -> None:
         self.storage, self.job_id, self.worker, self.key = storage, job_id, worker, signing_key
         self.seen: set[str] = set()
+        self.decided = DecidedStop(storage, job_id, worker)
 
     def tick(self) -> None:
+        here = set(self.storage.list_names(layout.job_dir(self.job_id)))
+        if layout.OUTCOME in here:
+            self.decided.check()
+        if layout.SIGNALS in here:
+            self._requests()
+
+    def close(self) -> None:
+        """The runner is ending (the sidecar stops): record a stop on a decided end."""
+        self.decided.ended()
+
+    def _requests(self) -> None:
         names = sorted(self.storage.list_names(layout.signals_dir(self.job_id)))
         for file_name in names:
             request_id = file_name.removesuffix(".json")

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nightly_dag import check_nightly_outputs, run_nightly_dag
 
 from kinetic_core.storage import open_storage
 
-ROOT = Path(__file__).resolve().parents[2]
 # Imported as a package, not by putting tests/kubernetes on sys.path: jobs inherit this
 # process's sys.path, and its conftest.py would shadow this suite's for them.
-from tests.kubernetes.cluster.cluster import TestCluster, run_examples_here, running_cluster  # noqa: E402
+from tests.kubernetes.cluster.cluster import TestCluster, run_examples_here, running_cluster
 
 
 @pytest.fixture(scope="module")
@@ -31,32 +31,14 @@ def cluster(gcs_emulator: Any) -> Iterator[TestCluster]:
 def test_nightly_dag_on_kubernetes_with_gcs_storage(
     cluster: TestCluster, gcs_emulator: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from conftest import dag_bag
-    from test_dag_runs import register
-
     uri = gcs_emulator.uri(f"af-k8s-{os.urandom(4).hex()}")
     run_examples_here(cluster, uri, monkeypatch, tmp_path)
     # By configuration only, train runs on a multi-host slice (4 hosts of a spot v5e 4x4).
     monkeypatch.setenv("AIRFLOW_VAR_NIGHTLY_TRAIN_ACCELERATOR", "tpu-v5e-16")
-    bag = dag_bag(ROOT / "dags_examples" / "nightly_training.py")
-    assert not bag.import_errors, bag.import_errors
-    register(bag, "nightly_training")
-    dag_run = bag.get_dag("nightly_training").test()
-    states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
-    assert dag_run.state == "success", states
-    assert set(states.values()) == {"success"}  # report ran too: nothing short-circuits
+    run_nightly_dag()
 
     storage = open_storage(uri)
-    outputs = storage.walk("outputs")
-    assert any(name.endswith("/dataset.json") for name in outputs)  # prepare's outputs
-    best = [name for name in outputs if name.endswith("/best.json")]
-    assert len(best) == 1
-    registry_job = best[0].split("/")[0]
-    published = json.loads(storage.read_bytes(f"outputs/{best[0]}"))
-    assert published["r2"] > 0.9
-    model = json.loads(storage.read_bytes(f"outputs/{registry_job}/model.json"))
-    trained = json.loads(storage.read_bytes(f"outputs/{published['model_job']}/model.json"))
-    assert model == trained and model["epoch"] == 200
+    registry_job, published = check_nightly_outputs(storage)
     train = json.loads(storage.read_bytes(f"jobs/{published['model_job']}/handle.json"))
     assert train["target"]["accelerator"] == "tpu-v5e-16"
     for worker in range(4):  # every worker of the slice ran, its log kept in storage

@@ -31,6 +31,7 @@ from kinetic_core.backends import Backend, BackendState, LaunchSpec, get_backend
 from kinetic_core.control.launching import launch_spec
 from kinetic_core.control.polling import poll_ticks
 from kinetic_core.jobs.submission import prepare
+from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util.ids import new_id
 
 FNS = "tests.contract.contract_fns"  # shipped by value: pods cannot import tests/
@@ -92,10 +93,6 @@ class Harness(ABC):
     name: str
     #: Can this backend meet a transient fault that outlasts its retry policy at launch?
     has_lasting_fault: bool = False
-    #: Why ``cancel`` cannot reach a job orphaned by ``orphan`` (None: it can). Slurm: its
-    #: orphan is a job slurmctld forgot on a node whose slurmd is down; nothing can signal
-    #: those tasks until the slurmd returns, when Slurm itself kills them.
-    orphan_uncancellable: str | None = None
 
     def __init__(
         self, request: pytest.FixtureRequest, tmp: Path, monkeypatch: pytest.MonkeyPatch
@@ -126,6 +123,10 @@ class Harness(ABC):
         held = Held(self.tmp / f"runs-{n}.txt", self.tmp / f"release-{n}")
         self.helds.append(held)
         return held
+
+    @property
+    def storage(self) -> Storage:
+        return open_storage(self.target.storage or "")
 
     def state(self, job_id: str) -> BackendState:
         return self.backend.poll([job_id])[job_id]

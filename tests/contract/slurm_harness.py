@@ -47,10 +47,6 @@ SUBMIT_THEN_DIE = (
 
 class SlurmHarness(Harness):
     name = "slurm"
-    orphan_uncancellable = (
-        "a job slurmctld forgot, on a node whose slurmd is down, cannot be signalled by "
-        "anyone until that slurmd returns (Slurm then kills its tasks itself)"
-    )
 
     def setup(self, request: pytest.FixtureRequest, mp: pytest.MonkeyPatch) -> kc.Target:
         self.cluster: SlurmCluster = request.getfixturevalue("slurm_cluster")

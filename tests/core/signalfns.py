@@ -50,3 +50,27 @@ def busy_holding(megabytes: int, stop: str, seconds: float = 60.0) -> int:
         for _ in range(10_000):
             spins += 1
     return len(block) + spins * 0
+
+
+def hold_with_child(path: str, trap_term: bool = False, seconds: float = 120.0) -> int:
+    """Start a child that lives ``seconds``, record ``pid child-pid`` in ``path`` and wait
+    for the child (a blocking wait the runner's SIGTERM must interrupt). On SIGTERM the
+    preemption callback appends ``stopping``; ``trap_term`` ignores SIGTERM instead."""
+    import subprocess
+    import sys
+
+    import kinetic_core as kc
+
+    if trap_term:
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    else:
+
+        @kc.on_preemption
+        def stopping() -> None:
+            with open(path, "a") as fh:
+                fh.write("stopping\n")
+
+    child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+    with open(path, "a") as fh:
+        fh.write(f"{os.getpid()} {child.pid}\n")
+    return child.wait()

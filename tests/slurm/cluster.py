@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -28,6 +29,10 @@ from pathlib import Path
 
 NODES = ("n1", "n2", "n3", "n4")
 CPUS_PER_NODE = 2
+#: Fake GPUs per node (gres.conf: ``File=`` entries naming character devices under the
+#: cluster's folder, /dev/null's): Slurm schedules them and sets CUDA_VISIBLE_DEVICES /
+#: SLURM_JOB_GPUS as for real ones; no GPU is behind them.
+GPUS_PER_NODE = 2
 START_TIMEOUT = 60.0
 
 
@@ -51,11 +56,21 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
+def gres_conf(root: Path) -> str:
+    """Fake GPUs: ``File=`` must name character devices; these are /dev/null's (1, 3)
+    under other names (made as root, as the daemons run), and nothing opens them."""
+    devices = root / "dev"
+    devices.mkdir(exist_ok=True)
+    for i in range(GPUS_PER_NODE):
+        os.mknod(devices / f"gpu{i}", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    return f"AutoDetect=off\nName=gpu File={devices}/gpu[0-{GPUS_PER_NODE - 1}]\n"
+
+
 def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], munge_socket: Path) -> str:
     host = socket.gethostname().split(".")[0]
     nodes = "\n".join(
         f"NodeName={name} NodeAddr=127.0.0.1 NodeHostname={host} Port={port} "
-        f"CPUs={CPUS_PER_NODE} RealMemory=2000 State=UNKNOWN"
+        f"CPUs={CPUS_PER_NODE} RealMemory=2000 Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
         for name, port in node_ports.items()
     )
     all_nodes = ",".join(node_ports)
@@ -75,6 +90,7 @@ SlurmctldPidFile={root}/run/slurmctld.pid
 SlurmdPidFile={root}/run/slurmd-%n.pid
 SlurmctldLogFile={root}/log/slurmctld.log
 SlurmdLogFile={root}/log/slurmd-%n.log
+GresTypes=gpu
 ProctrackType=proctrack/pgid
 TaskPlugin=task/none
 MpiDefault=none
@@ -264,6 +280,7 @@ def running_cluster() -> Iterator[SlurmCluster]:
     ctld, *node_ports = _free_ports(1 + len(NODES))
     munge_socket = root / "munge.sock"
     conf = root / "slurm.conf"
+    (root / "gres.conf").write_text(gres_conf(root))
     conf.write_text(slurm_conf(root, ctld, dict(zip(NODES, node_ports, strict=True)), munge_socket))
     cluster = SlurmCluster(root=root, conf=conf, munge_socket=munge_socket)
     try:

@@ -40,3 +40,56 @@ def second_time_lucky(marker: str, seconds: float) -> int:
     if runs == 1:
         time.sleep(seconds)
     return runs
+
+
+def mark_and_sleep(marker: str, seconds: float) -> str:
+    """Append this run's Slurm job id to ``marker``, sleep, return the id: a test counts
+    the runs of the job from the marker."""
+    job = os.environ.get("SLURM_JOB_ID", "?")
+    with open(marker, "a") as fh:
+        fh.write(f"{job}\n")
+    time.sleep(seconds)
+    return job
+
+
+def gpus_seen() -> dict[str, str]:
+    """What a job asking for gpus sees of the devices Slurm gave it."""
+    keys = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "GPU_DEVICE_ORDINAL", "SLURM_GPUS_ON_NODE")
+    return {k: os.environ.get(k, "") for k in keys}
+
+
+def alive_in(slurm_job: str) -> list[int]:
+    """Live (non-zombie) processes on this machine that belong to Slurm job ``slurm_job``."""
+    wanted = f"SLURM_JOB_ID={slurm_job}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/stat") as fh:
+                zombie = fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except (OSError, IndexError):
+            continue
+        if wanted in environ and not zombie:
+            found.append(int(entry))
+    return found
+
+
+def as_a_unit(marker: str, seconds: float) -> int:
+    """Every worker appends ``slurm-id worker left`` to ``marker``, where ``left`` counts the
+    live processes of every earlier attempt's Slurm job (it must be 0: an attempt starts
+    only once every task of the one before is gone). Attempt 1 then sleeps (its node is
+    to fail); a later one returns at once. Worker 0 returns how many attempts ran."""
+    import kinetic_core as kc
+
+    me, job = kc.worker().index, os.environ.get("SLURM_JOB_ID", "?")
+    with open(marker) if os.path.exists(marker) else open(os.devnull) as fh:
+        earlier = {line.split()[0] for line in fh.read().splitlines()} - {job}
+    left = sum(len(alive_in(j)) for j in earlier)
+    with open(marker, "a") as fh:
+        fh.write(f"{job} {me} {left}\n")
+    if not earlier:
+        time.sleep(seconds)
+    return len(earlier) + 1

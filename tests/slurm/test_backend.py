@@ -79,3 +79,24 @@ def test_a_multi_node_job_is_one_allocation_with_one_runner_per_node(
     assert len(hosts) == 2 and seen["MASTER_ADDR"] == hosts[0] == seen["SLURMD_NODENAME"], seen
     assert "worker 0 of 2" in handle.logs(worker=0)
     assert "worker 1 of 2" in handle.logs(worker=1)
+
+
+@pytest.mark.parametrize(("gpus", "devices"), [(1, "0"), (2, "0,1")])
+def test_a_job_asking_for_gpus_gets_them_from_slurm(
+    slurm_target: kc.Target, gpus: int, devices: str
+) -> None:
+    """The private cluster's nodes have 2 fake GPUs each (gres.conf, /dev/null's device
+    under other names): Slurm schedules them and sets the variables frameworks read."""
+    seen = kc.submit(slurm_fns.gpus_seen, target=slurm_target.merge({"gpus": gpus})).result(
+        timeout=120
+    )
+    assert seen["CUDA_VISIBLE_DEVICES"] == seen["SLURM_JOB_GPUS"] == devices, seen
+    assert seen["SLURM_GPUS_ON_NODE"] == str(gpus), seen
+
+
+def test_more_gpus_than_a_node_has_are_refused_before_anything_is_written(
+    slurm_target: kc.Target, storage_uri: str
+) -> None:
+    with pytest.raises(ConfigError, match="Slurm refused"):
+        kc.submit(slurm_fns.add, (1, 1), target=slurm_target.merge({"gpus": 3}))
+    assert not list(Path(storage_uri[len("file://") :]).glob("jobs/*"))

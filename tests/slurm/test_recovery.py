@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import kinetic_core as kc
 from tests.contract.harness import until
 from tests.slurm import slurm_fns
@@ -65,5 +67,47 @@ def test_a_job_whose_node_fails_recovers_once(
         slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
     state = handle.state()
     assert (state.status, state.recoveries) == (kc.JobStatus.SUCCEEDED, 1), state
+    status = slurm_cluster.run("squeue", "-h", "-t", "all", "-j", first, "-o", "%T").strip()
+    assert status == "NODE_FAIL", status
+
+
+def _lines(marker: Path) -> list[list[str]]:
+    return [line.split() for line in marker.read_text().splitlines()] if marker.exists() else []
+
+
+@pytest.mark.parametrize("fault", ["node-down", "slurmd-killed"])
+def test_a_multi_node_job_whose_node_fails_recovers_as_a_unit(
+    slurm_target: kc.Target, slurm_cluster: SlurmCluster, tmp_path: Path, fault: str
+) -> None:
+    """num_hosts=2, worker 1's node fails (set DOWN by scontrol: its slurmd kills the
+    tasks; or its slurmd SIGKILLed: Slurm declares the node dead after SlurmdTimeout and
+    its task is reached only through storage): attempt 2 is one new Slurm job of 2
+    workers, each of which finds no process of attempt 1 alive when it starts; worker 0's
+    value is the result, once."""
+    marker = tmp_path / "runs.txt"
+    target = slurm_target.merge({"num_hosts": 2, "max_recoveries": 1})
+    handle = kc.submit(slurm_fns.as_a_unit, (str(marker), 600), target=target)
+    until("both workers of attempt 1 to run", lambda: len(_lines(marker)) == 2)
+    first = _lines(marker)[0][0]
+    nodes = slurm_cluster.run("squeue", "-h", "-j", first, "-o", "%N").strip()
+    victim = slurm_cluster.run("scontrol", "show", "hostnames", nodes).split()[1]
+    if fault == "node-down":
+        slurm_cluster.run("scontrol", "update", f"nodename={victim}", "state=down", "reason=test")
+    else:
+        slurm_cluster.stop_node(victim)
+    try:
+        assert handle.result(timeout=300) == 2
+    finally:
+        if fault == "slurmd-killed":
+            slurm_cluster.start_node(victim)
+        slurm_cluster.run("scontrol", "update", f"nodename={victim}", "state=resume", check=False)
+        slurm_cluster.wait_nodes()
+    state = handle.state()
+    assert (state.status, state.recoveries) == (kc.JobStatus.SUCCEEDED, 1), state
+    lines = _lines(marker)
+    second = [line for line in lines if line[0] != first]
+    assert sorted(line[1] for line in second) == ["0", "1"], lines  # one job, both workers
+    assert len({line[0] for line in second}) == 1, lines
+    assert all(line[2] == "0" for line in second), f"attempt 1 still ran: {lines}"
     status = slurm_cluster.run("squeue", "-h", "-t", "all", "-j", first, "-o", "%T").strip()
     assert status == "NODE_FAIL", status

@@ -34,9 +34,10 @@ from kinetic_core.config.target import DEFAULT_LOST_GRACE, Target
 from kinetic_core.errors import BackendError, SubmissionError
 from kinetic_core.records import log_chunks
 from kinetic_core.records.layout import STARTED, job_file
-from kinetic_core.records.lifecycle import read_outcome
+from kinetic_core.records.lifecycle import BY_RUNNER, read_outcome, workers_left
+from kinetic_core.runtime import decided_stop, signals
 from kinetic_core.states import Reason
-from kinetic_core.storage import open_storage
+from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import signing
 from kinetic_core.util.ids import validate_id
 from kinetic_core.util.retrying import transient_retry
@@ -49,6 +50,11 @@ LOG_CHUNK = 1 << 20
 #: job leaves COMPLETING: Slurm's KillWait between SIGTERM and SIGKILL, then the nodes'
 #: reports); a job still ending after it is observed again later.
 CANCEL_WAIT = 45.0
+#: Seconds within which a task Slurm cannot reach stops itself once the job's end is
+#: decided: the runner's storage tick, its kill grace, and room for a loaded node.
+SELF_STOP_S = signals.POLL_SECONDS + decided_stop.GRACE_SECONDS + 8.0
+#: Slurm ends that say a node failed: its tasks there are not known to be gone.
+NODE_ENDS = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
 
 def _python() -> str:
@@ -180,9 +186,12 @@ class SlurmBackend:
         (the newest record of a name; a live one wins over an ended one)."""
         out = cli.run(["squeue", "--json"], retry=False)  # the poller rides out a failure
         try:
-            jobs = json.loads(out).get("jobs") or []
+            data = json.loads(out)
+            jobs, errors = data.get("jobs") or [], data.get("errors") or []
         except (ValueError, AttributeError) as exc:
             raise BackendError(f"squeue --json printed something else: {exc}") from exc
+        if errors:
+            raise _squeue_failed(errors)
         found: dict[str, dict[str, Any]] = {}
         for record in jobs:
             name = str(record.get("name") or "")
@@ -204,7 +213,10 @@ class SlurmBackend:
             return BackendState("not_found")  # never launched here, or deleted
         if record is not None:
             self._missing.pop(job_id, None)
-            return job_state(record)
+            state = job_state(record)
+            if state.phase == "exited" and _state_word(record) in NODE_ENDS:
+                return self._stray_stopping(job_id, record) or state
+            return state
         if not (folder / SLURM_ID).exists():
             if _locked(folder / LOCK):
                 return BackendState(
@@ -217,6 +229,27 @@ class SlurmBackend:
             )
         return self._forgotten(job_id)
 
+    def _stray_stopping(self, job_id: str, record: dict[str, Any]) -> BackendState | None:
+        """Slurm ended the job for a node failure, but a node of it does not respond: its
+        tasks there may run on (a slurmd that died leaves them), and only storage reaches
+        them. While they stop themselves (``_stopping_itself``) the job reads running
+        (Terminating), so its next attempt never starts beside them."""
+        if not self.storage_uri:
+            return None
+        storage = open_storage(self.storage_uri)
+        stopping = _stopping_itself(storage, job_id, read_outcome(storage, job_id))
+        if stopping is None:
+            return None  # undecided (the resolution decides and seals it), or stopped
+        silent = _unresponsive(str(record.get("nodes") or ""))
+        if not silent:
+            return None  # every node answers: Slurm itself stopped the tasks
+        return BackendState(
+            "running",
+            reason=Reason.TERMINATING,
+            message=f"Slurm job {record.get('job_id')} ended for a node failure; node(s) "
+            f"{', '.join(silent)} do not respond: {stopping}",
+        )
+
     def _forgotten(self, job_id: str) -> BackendState:
         """Slurm took the job and no longer knows it: its outcome in storage decides; an
         undecided job is given ``lost_grace`` (its node may still run it) before it is gone."""
@@ -225,8 +258,16 @@ class SlurmBackend:
             f"Slurm no longer knows job {slurm_id} (MinJobAge passed, or slurmctld lost its state)"
         )
         storage = open_storage(self.storage_uri) if self.storage_uri else None
-        if storage is None or read_outcome(storage, job_id) is not None:
+        if storage is None:
+            return BackendState("gone", message=where)
+        outcome = read_outcome(storage, job_id)
+        if outcome is not None:
             self._missing.pop(job_id, None)
+            stopping = _stopping_itself(storage, job_id, outcome)
+            if stopping is not None:
+                return BackendState(
+                    "running", reason=Reason.TERMINATING, message=f"{where}; {stopping}"
+                )
             return BackendState("gone", message=where)
         first = self._missing.setdefault(job_id, time.time())
         if time.time() - first > self.lost_grace:
@@ -317,6 +358,56 @@ class SlurmBackend:
         self.cancel(job_id)
         self._missing.pop(job_id, None)
         shutil.rmtree(self._dir(job_id), ignore_errors=True)
+
+
+def _stopping_itself(storage: Storage, job_id: str, outcome: dict[str, Any] | None) -> str | None:
+    """Why the job may still have processes Slurm cannot see, or None. Its end was decided
+    by anyone but a runner (a cancel, a limit, a sealed Lost): every runner reads that and
+    stops itself (``runtime/decided_stop.py``), recording so; until each worker that
+    started has recorded its end or its stop, and at most ``SELF_STOP_S`` after the
+    decision, its processes may still run."""
+    if outcome is None or outcome.get("by") == BY_RUNNER:
+        return None
+    at = outcome.get("at")
+    if not isinstance(at, int | float) or time.time() - at >= SELF_STOP_S:
+        return None
+    left = workers_left(storage, job_id)
+    if not left:
+        return None
+    return (
+        f"worker(s) {', '.join(map(str, left))} may still run: they stop on reading the "
+        f"job's decided end (within {SELF_STOP_S:g}s)"
+    )
+
+
+def _squeue_failed(errors: list[Any]) -> BackendError:
+    """``squeue --json`` that could not load the jobs: 22.05 exits 0 then, with an empty
+    list and an error (``slurm_load_jobs``) when slurmctld does not answer. Read as no
+    jobs, every job would look forgotten, and after ``lost_grace`` of an outage, Lost."""
+    first = errors[0] if isinstance(errors[0], dict) else {"description": str(errors[0])}
+    said = f"{first.get('description') or first.get('error')} ({first.get('source')})"
+    if first.get("source") == "slurm_load_jobs":
+        return BackendError(
+            f"Slurm did not answer squeue: {said}. slurmctld is down, restarting or "
+            "overloaded; the job is unaffected: try again.",
+            transient=True,
+        )
+    return BackendError(f"Slurm command squeue failed: {said}")
+
+
+def _state_word(record: dict[str, Any]) -> str:
+    return str(record.get("job_state") or "").split(",")[0].upper()
+
+
+def _unresponsive(nodes: str) -> list[str]:
+    """The nodes of ``nodes`` (a Slurm node list) that slurmctld says do not respond (a
+    state ending in ``*``); none when sinfo cannot say."""
+    try:
+        out = cli.run(["sinfo", "-h", "-N", "-n", nodes, "-o", "%N %t"], retry=False)
+    except BackendError:
+        return []
+    rows = [line.split() for line in out.splitlines() if len(line.split()) == 2]
+    return sorted({name for name, state in rows if state.endswith("*")})
 
 
 def _rank(record: dict[str, Any]) -> tuple[int, int]:

@@ -53,6 +53,9 @@ REFUSED_OPTION = (
     "invalid job name",
     "more processors requested than permitted",
 )
+#: sbatch's words when no node fits the job: a refused shape, unless the controller has
+#: just (re)started and its nodes have not registered yet (they read UNKNOWN for seconds).
+NO_NODE_FITS = "requested node configuration is not available"
 DENIED = ("access/permission denied", "permission denied", "user's group not permitted")
 
 
@@ -118,10 +121,34 @@ def run(
                 transient=True,
             ) from None
         if proc.returncode:
-            raise classify(argv[0], proc.stderr or proc.stdout)
+            said = proc.stderr or proc.stdout
+            if NO_NODE_FITS in said.lower() and _nodes_registering(env):
+                raise BackendError(
+                    f"Slurm cannot place the job yet ({argv[0]}): its nodes have not "
+                    "registered with slurmctld since it (re)started; try again.",
+                    transient=True,
+                )
+            raise classify(argv[0], said)
         return proc.stdout
 
     if not retry:
         return once()
     result: str = transient_retry(transient).copy()(once)
     return result
+
+
+def _nodes_registering(env: Mapping[str, str] | None) -> bool:
+    """Does a node of the cluster read UNKNOWN (``unk``: not registered since slurmctld
+    started)? Then "no node fits" is the restart's, not the job's. False when ``sinfo``
+    cannot say."""
+    try:
+        proc = subprocess.run(
+            ["sinfo", "-h", "-o", "%t"],
+            capture_output=True,
+            text=True,
+            env=dict(env) if env is not None else None,
+            timeout=COMMAND_TIMEOUT,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and any(s.startswith("unk") for s in proc.stdout.split())

@@ -32,7 +32,13 @@ WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV
 ENDED: dict[str, tuple[str, str]] = {
     "COMPLETED": (Reason.COMPLETED, "the batch script exited"),
     "FAILED": (Reason.ERROR, "the batch script exited non-zero"),
-    "CANCELLED": (Reason.CANCELLED, "cancelled in Slurm (scancel, or an admin)"),
+    # kinetic's own cancel decides the outcome before its scancel: a CANCELLED job seen
+    # undecided was stopped from outside, on purpose; it is not recovered.
+    "CANCELLED": (
+        Reason.CANCELLED,
+        "cancelled outside kinetic (scancel by a user or an admin); a job stopped on "
+        "purpose is not recovered",
+    ),
     "TIMEOUT": (Reason.DEADLINE_EXCEEDED, "Slurm's time limit (life_span + grace) passed"),
     "PREEMPTED": (Reason.PREEMPTED, "preempted by a job of a higher-priority partition"),
     "NODE_FAIL": (Reason.LOST, "a node of the job failed (Slurm NODE_FAIL)"),
