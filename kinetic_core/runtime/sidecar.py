@@ -134,6 +134,7 @@ def stop() -> None:
             with contextlib.suppress(Exception):
                 sidecar.arm()  # a job shorter than the first wake: imported here
                 sidecar.sampler.write()
-            sidecar.watcher.close()  # a runner stopping on a decided end says so
+            if sidecar.armed:  # else the import failed: it never ticked, nothing to say
+                sidecar.watcher.close()  # a runner stopping on a decided end says so
         finally:
             sidecar.busy.release()
