@@ -10,7 +10,6 @@ Clients write collected. ``read_evidence`` gathers them for status resolution.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import time
@@ -18,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinetic_core.errors import StorageError
-from kinetic_core.records import job_index, layout
-from kinetic_core.records.envelope import read_summary
+from kinetic_core.records import layout
 from kinetic_core.storage import Storage
 
-log = logging.getLogger(__name__)
+# The envelope (cloudpickle), the job index and logging are imported where used: a fresh
+# runner reads and writes these records before its job starts, and imports nothing else
+# first (``bench/runner_start.py``).
 
 # Who decided an outcome. A runner's outcome is final but its process may still be
 # exiting; every other decider stops the job, so its outcome is terminal at once.
@@ -76,7 +76,9 @@ def try_write_record(storage: Storage, job_id: str, name: str, **fields: Any) ->
     try:
         return write_record(storage, job_id, name, **fields)
     except (StorageError, OSError) as exc:
-        log.info(
+        import logging
+
+        logging.getLogger(__name__).info(
             "kinetic: could not record %s for job %s (read-only storage?): %s", name, job_id, exc
         )
         return False
@@ -117,6 +119,8 @@ def decide(
         **fields,
     )
     if won:
+        from kinetic_core.records import job_index
+
         job_index.note_end(storage, job_id, created_at or None, status)
     return (True, None) if won else (False, read_outcome(storage, job_id))
 
@@ -132,6 +136,8 @@ def read_evidence(storage: Storage, job_id: str) -> Evidence:
     result = layout.job_file(job_id, layout.RESULT)
     if ev.finished is None and storage.exists(result):
         # The runner stored a result but died before recording "finished".
+        from kinetic_core.records.envelope import read_summary
+
         try:
             header = read_summary(storage, result)
             if header.get("job_id") != job_id:

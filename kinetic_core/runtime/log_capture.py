@@ -1,12 +1,14 @@
 """The runner's output tee'd into storage as it runs, at the file-descriptor level.
 
 File descriptors 1 and 2 of the runner become one pipe, so the function's prints, its
-subprocesses and C extensions writing to fd 1/2 all pass through it. A small pump process
-(``python -m kinetic_core.runtime.log_capture``) reads the pipe, copies every byte to the
+subprocesses and C extensions writing to fd 1/2 all pass through it. A small pump process,
+forked from the runner (no interpreter to start: it answers a flush within
+milliseconds, where a fresh ``python`` kept the job's end waiting ~35 ms), reads the pipe, copies every byte to the
 original stdout first (the pod's log: ``kubectl logs`` and the pod log API keep every
 byte) and feeds a ``ChunkWriter`` (``log_chunks.py``), whose chunks an uploader thread
 writes every ``FLUSH_SECONDS`` and as soon as one fills. At every end the rest reaches
-storage: the runner asks for a flush before the job's end is decided (``sync``) and, at
+storage: the runner asks for a flush before the job's end is decided (``sync``; skipped
+when nothing was ever printed: the pipe is empty and the pump never read) and, at
 its exit (normal return, exception, SIGTERM, ``atexit``), gives fds 1 and 2 back and
 waits for the pump, which drains the pipe to its end, writes the last chunk and marks the
 stream ended. SIGKILL of the whole container (a SIGTERM grace period run out, the node
@@ -17,9 +19,10 @@ thread dies with the runner, and what it had not yet copied out of the pipe dies
 a function ending in ``os._exit`` right after a print, a C extension's segfault, an
 OOM-killed runner lost its last lines even from the pod log. The pump process outlives
 the runner (it ignores SIGTERM and ends at the pipe's end), and it has its own GIL: a job
-printing 10 MB/s shares none of its interpreter with the copying. It costs one small
-interpreter per job, started without waiting for it (the 1 MiB pipe holds what is
-printed meanwhile). Where the runner is the container's PID 1 and dies abruptly, the
+printing 10 MB/s shares none of its interpreter with the copying. It costs one fork per
+job, made before the function runs (single-threaded then); the child opens its own
+storage client (pooled connections are the runner's) and never returns into the runner's
+code. Where the runner is the container's PID 1 and dies abruptly, the
 kernel ends the pump too: then, as with a thread, storage lacks the unflushed rest.
 
 Only where stdout is not a regular file: a backend that already writes the job's output
@@ -33,6 +36,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import mmap
 import os
 import select
 import signal
@@ -40,13 +44,10 @@ import stat
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kinetic_core.records.log_chunks import ChunkWriter
-from kinetic_core.storage import Storage, open_storage
-
-if TYPE_CHECKING:
-    import subprocess
+from kinetic_core.storage import Storage, open_fresh
 
 FLUSH_SECONDS = 3.0
 #: How long the runner waits for a flush it asked for, and for the pump at its exit.
@@ -70,11 +71,11 @@ class LogCapture:
         self._saved: tuple[int, int] | None = None
         self._ctl = -1  # runner -> pump: flush requests
         self._ack = -1  # pump -> runner: done
-        self.pump: subprocess.Popen[bytes] | None = None
+        self._data = -1  # the pipe's write end (also fds 1 and 2 while captured)
+        self._read = mmap.mmap(-1, 1)  # shared with the pump: 1 once it read the pipe
+        self.pump = 0  # its pid
 
     def start(self) -> None:
-        import subprocess  # here: a runner that keeps no stream (local) does not pay for it
-
         writer = ChunkWriter(self.storage, self.job_id, worker=self.worker, warn=_say)
         writer.begin()  # started_ns in storage before any byte of the stream is printed
         data_r, data_w = os.pipe()
@@ -82,22 +83,22 @@ class LogCapture:
         self._ack, ack_w = os.pipe()
         with contextlib.suppress(OSError):
             fcntl.fcntl(data_w, _F_SETPIPE_SZ, PIPE_BYTES)
-        argv = [sys.executable, "-m", __name__, self.storage.uri, self.job_id]
-        argv += [str(self.worker), str(writer.started_ns), str(ctl_r), str(ack_w)]
-        # Born with SIGTERM blocked (a mask survives exec): a pod deleted at once must not
-        # end the pump before it ignores SIGTERM; ours stays pending, not lost.
+        _flush_std()  # nothing buffered is printed twice
+        # Born with SIGTERM blocked: a pod deleted at once must not end the pump before it
+        # ignores SIGTERM; ours stays pending, not lost.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
-            self.pump = subprocess.Popen(argv, stdin=data_r, pass_fds=(ctl_r, ack_w))
+            self.pump = os.fork()
+            if self.pump == 0:
+                _pump_child(self.storage.uri, writer, (data_r, ctl_r, ack_w), self._read)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             for fd in (data_r, ctl_r, ack_w):
                 os.close(fd)
-        _flush_std()
         self._saved = (os.dup(1), os.dup(2))
         os.dup2(data_w, 1)
         os.dup2(data_w, 2)
-        os.close(data_w)
+        self._data = data_w  # kept: sync() asks it what is unread, whatever fd 1 became
 
     def sync(self) -> bool:
         """Everything printed so far in storage, now (the runner calls it before the job's
@@ -105,6 +106,8 @@ class LogCapture:
         if self._saved is None:
             return True
         _flush_std()
+        if _unread(self._data) == 0 and self._read[0] == 0:  # in that order: see pump()
+            return True  # nothing was printed: nothing to wait for
         try:
             os.write(self._ctl, b"s")
             ready, _, _ = select.select([self._ack], [], [], SYNC_SECONDS)
@@ -122,18 +125,30 @@ class LogCapture:
         for fd, original in zip((1, 2), saved, strict=True):
             os.dup2(original, fd)
             os.close(original)
-        for fd in (self._ctl, self._ack):
+        for fd in (self._ctl, self._ack, self._data):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        if self.pump is not None:
-            with contextlib.suppress(Exception):  # TimeoutExpired: the pump goes on alone
-                self.pump.wait(END_SECONDS)
+        if self.pump:
+            from kinetic_core.util.procs import wait_exit
+
+            wait_exit(self.pump, END_SECONDS)  # past it, the pump goes on alone
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pump, os.WNOHANG)
 
 
 # ---- the pump process --------------------------------------------------------------------
-def pump(writer: ChunkWriter, data_fd: int, out_fd: int, ctl_fd: int, ack_fd: int) -> None:
+def pump(
+    writer: ChunkWriter,
+    data_fd: int,
+    out_fd: int,
+    ctl_fd: int,
+    ack_fd: int,
+    read: mmap.mmap | None = None,
+) -> None:
     """Copy ``data_fd`` to ``out_fd`` and into ``writer`` until its end; a byte on
-    ``ctl_fd`` asks for a flush of all that was written so far (acked on ``ack_fd``)."""
+    ``ctl_fd`` asks for a flush of all that was written so far (acked on ``ack_fd``).
+    ``read[0]`` is set before the pipe is first read: the runner, which looks at the
+    pipe's unread bytes first and at this mark second, sees any byte printed."""
     stopping, wake = threading.Event(), threading.Event()
     uploader = threading.Thread(target=_upload, args=(writer, stopping, wake), daemon=True)
     uploader.start()
@@ -149,6 +164,8 @@ def pump(writer: ChunkWriter, data_fd: int, out_fd: int, ctl_fd: int, ack_fd: in
             with contextlib.suppress(OSError):
                 os.write(ack_fd, b"1" if ok else b"0")
         if data_fd in ready:
+            if read is not None:
+                read[0] = 1
             data = os.read(data_fd, READ_BYTES)
             if not data:
                 break
@@ -227,17 +244,33 @@ def _flush_std() -> None:
             stream.flush()
 
 
-def main(argv: list[str]) -> int:
-    """``python -m kinetic_core.runtime.log_capture URI JOB_ID WORKER STARTED_NS CTL_FD ACK_FD``:
-    the pump, started by ``LogCapture.start`` with the pipe as stdin."""
-    uri, job_id, worker, started_ns, ctl_fd, ack_fd = argv
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # ends at the pipe's end, not before
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked since birth
-    storage = open_storage(uri)
-    writer = ChunkWriter(storage, job_id, worker=int(worker), started_ns=int(started_ns), warn=_say)
-    pump(writer, 0, 1, int(ctl_fd), int(ack_fd))
-    return 0
+def _pump_child(uri: str, begun: ChunkWriter, fds: tuple[int, int, int], read: mmap.mmap) -> None:
+    """The forked pump (``fds``: the pipe's read end, flush requests, acks); never returns.
+    It keeps fds 0-2 (1: the original stdout) and ``fds``, nothing else of the runner's:
+    not the pipe's write end (the pipe would never end), nor storage connections."""
+    code = 1
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # ends at the pipe's end, not before
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked since birth
+        low = 3
+        for fd in sorted(fds):
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+        writer = ChunkWriter(
+            open_fresh(uri),
+            begun.job_id,
+            worker=begun.worker,
+            started_ns=begun.started_ns,
+            warn=_say,
+        )
+        pump(writer, fds[0], 1, fds[1], fds[2], read)
+        code = 0
+    except BaseException as exc:
+        _say(f"kinetic: the log pump failed: {exc!r}\n")
+    finally:
+        os._exit(code)
 
 
 # ---- the runner's capture ----------------------------------------------------------------
@@ -301,7 +334,3 @@ def _stop_and_die(signum: int, frame: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     os.kill(os.getpid(), signal.SIGTERM)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

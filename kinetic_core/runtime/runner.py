@@ -20,27 +20,36 @@ import contextlib
 import json
 import os
 import sys
-import traceback
 from typing import Any
 
-import kinetic_core.runtime.sidecar as sidecar  # send_signal() and top()
-from kinetic_core.data import outputs
-from kinetic_core.errors import JobSetupError, OutputsNotSynced
+# Only what the path to ``started.json`` needs is imported here: a pod or a Slurm node
+# starts this module in a fresh interpreter, and every import before the job's start is
+# on its critical path (``bench/runner_start.py``). The rest (the envelope and
+# cloudpickle, outputs, the log tee, notices, versions) is imported once the job started,
+# where it is used; the sidecar thread imports its own machinery (``sidecar.py``).
+from kinetic_core.errors import JobSetupError
 from kinetic_core.records import layout
-from kinetic_core.records.envelope import (
-    dump_envelope,
-    failure_body,
-    load_envelope,
-    read_summary,
-    skew_note,
-    success_body,
-)
 from kinetic_core.records.lifecycle import BY_RUNNER, decide, read_json, read_outcome, write_record
-from kinetic_core.runtime import bootstrap, log_capture, notice, versions
-from kinetic_core.states import REFUSED_EXIT_CODE, Reason
+from kinetic_core.runtime import log_capture, sidecar
 from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import workers
 from kinetic_core.util.ids import validate_id
+
+#: What a job imports once it started, where it is used (a zygote that forks runners
+#: preloads these, so its jobs import none of them: ``backends/local/zygote.py``).
+AFTER_START = (
+    "traceback",
+    "kinetic_core.data.outputs",
+    "kinetic_core.records.envelope",
+    "kinetic_core.records.job_index",
+    "kinetic_core.records.preview",
+    "kinetic_core.runtime.bootstrap",
+    "kinetic_core.runtime.notice",
+    "kinetic_core.runtime.signals",
+    "kinetic_core.runtime.telemetry",
+    "kinetic_core.runtime.versions",
+    "kinetic_core.states",
+)
 
 
 class PhaseError(JobSetupError):
@@ -50,6 +59,9 @@ class PhaseError(JobSetupError):
 
 
 def _load_call(storage: Storage, job_id: str, signing_key: str | None) -> dict[str, Any]:
+    from kinetic_core.records.envelope import load_envelope, read_summary, skew_note
+    from kinetic_core.runtime import versions
+
     key = layout.job_file(job_id, layout.PAYLOAD)
     try:
         _, call = load_envelope(
@@ -91,6 +103,8 @@ def run_job(storage_uri: str, job_id: str) -> int:
     handle = read_json(storage, layout.job_file(job_id, layout.HANDLE))
     other = _other_attempt(storage, job_id, handle)
     if other is not None:
+        from kinetic_core.states import REFUSED_EXIT_CODE
+
         print(f"kinetic: job {job_id} is not run: {other}", file=sys.stderr)
         return REFUSED_EXIT_CODE
     started = started_record(me.index)
@@ -98,6 +112,24 @@ def run_job(storage_uri: str, job_id: str) -> int:
         storage, job_id, started, create_only=True, event="started", worker=me.index
     ):
         return _refuse_second_run(storage, job_id, me.index)
+    return _run_started(storage_uri, storage, job_id, me, handle, signing_key)
+
+
+def _run_started(
+    storage_uri: str,
+    storage: Storage,
+    job_id: str,
+    me: workers.Worker,
+    handle: dict[str, Any] | None,
+    signing_key: str | None,
+) -> int:
+    """The job has started (its ``started`` record is written): load, run, store, decide."""
+    import traceback
+
+    from kinetic_core.data import outputs
+    from kinetic_core.records.envelope import failure_body, success_body
+    from kinetic_core.runtime import bootstrap, notice, versions
+
     log_capture.start(storage, job_id, worker=me.index)  # also kept in storage as it runs
     bootstrap.replay()  # what a requirements= install printed before the capture began
     _framework_env(me, handle)
@@ -153,6 +185,10 @@ def _outputs_not_synced(job_id: str, problem: str, me: workers.Worker) -> dict[s
     """The failure a job whose function returned ends with when its outputs did not reach
     storage: FAILED, reason OutputsNotSynced (what ``problem`` says: why, and where the
     files are kept)."""
+    from kinetic_core.errors import OutputsNotSynced
+    from kinetic_core.records.envelope import failure_body
+    from kinetic_core.states import Reason
+
     where = f" (worker {me.index})" if me.count > 1 else ""
     exc = OutputsNotSynced(f"Job {job_id}{where}: its function returned, but {problem}.")
     body = failure_body(exc, phase="outputs", traceback_text="")
@@ -186,6 +222,7 @@ def _debug_note(
 def _hold(storage_uri: str, job_id: str, worker: int) -> None:
     """Keep this process (and, on Kubernetes, its pod) alive for inspection once the
     failure is recorded, then remove the job's local folder as ``outputs.finish`` would."""
+    from kinetic_core.data import outputs
     from kinetic_core.runtime import debugging
 
     log_capture.stop()  # the log stream ends now: nothing waits on a held job's log
@@ -257,6 +294,8 @@ def _refuse_second_run(storage: Storage, job_id: str, worker: int = 0) -> int:
         "of a deleted, evicted or lost one) refused to run the function more than once",
         file=sys.stderr,
     )
+    from kinetic_core.states import REFUSED_EXIT_CODE
+
     return REFUSED_EXIT_CODE
 
 
@@ -267,6 +306,7 @@ def _arrive(
     args, kwargs, volumes = call.get("args", ()), call.get("kwargs", {}), call.get("volumes")
     if not call.get("has_data"):  # set by the submitter: no import cost for most jobs
         return args, kwargs
+    from kinetic_core.data import outputs
     from kinetic_core.data.inputs import DataRef, materialize, transform
 
     scratch = os.path.join(outputs.local_root(job_id, worker), "data")
@@ -291,6 +331,11 @@ def _store(
     signing_key: str | None,
     created_at: float | None = None,
 ) -> None:
+    import traceback
+
+    from kinetic_core.records.envelope import dump_envelope, failure_body
+    from kinetic_core.states import Reason
+
     key = layout.job_file(job_id, layout.RESULT)
 
     def write(b: dict[str, Any]) -> None:

@@ -7,6 +7,11 @@ sample. It starts right before the function runs (the call's env is applied by t
 count) and stops right after it returns, before the result is stored: no handler of the
 function runs while its outcome is being written. A failing tick (storage unreachable)
 is logged and the job goes on: neither signals nor telemetry may break a job.
+
+Importing this module imports neither: the thread imports ``signals`` and ``telemetry``
+(with the records and hashing they need) at its first wake, ``FIRST_WAKE_SECONDS`` in,
+so a fresh runner's function starts without them (``bench/runner_start.py``) and a short
+job leaves them to ``stop()``, after its function returned.
 """
 
 from __future__ import annotations
@@ -18,12 +23,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from kinetic_core.runtime import signals, telemetry
 from kinetic_core.storage import Storage
+
+if TYPE_CHECKING:
+    from kinetic_core.runtime import signals, telemetry
 
 #: How long ``stop()`` waits for a tick in progress (a slow storage write).
 STOP_SECONDS = 5.0
+#: When the thread first wakes and imports its machinery. Nothing was due before: the
+#: watcher's first tick comes one tick in, the first sample at min(tick, interval), 2 s by
+#: default; shorter settings (tests) begin here.
+FIRST_WAKE_SECONDS = 1.0
 _current: list[Sidecar] = []
 
 
@@ -32,29 +44,52 @@ class Sidecar:
     be scheduled (``threading.Thread.start`` waits: on a loaded machine, milliseconds on
     every job's critical path)."""
 
+    watcher: signals.Watcher
+    sampler: telemetry.Sampler
+    tick: float
+
     def __init__(self, storage: Storage, job_id: str, worker: int, signing_key: str | None) -> None:
-        self.watcher = signals.Watcher(storage, job_id, worker, signing_key)
-        self.sampler = telemetry.Sampler(storage, job_id, worker, signing_key)
-        self.tick = float(os.environ.get(signals.POLL_ENV) or signals.POLL_SECONDS)
+        self.context = (storage, job_id, worker, signing_key)
+        self.armed = False
+        self.began = time.monotonic()
         self.halt = threading.Event()
         self.busy = threading.Lock()  # held for a tick, and by stop() for the last sample
         self.failures = 0
+
+    def arm(self) -> None:
+        """Import and build the watcher and the sampler (once; under ``busy``)."""
+        if self.armed:
+            return
+        from kinetic_core.runtime import signals, telemetry
+
+        self.watcher = signals.Watcher(*self.context)
+        self.sampler = telemetry.Sampler(*self.context)
+        self.tick = float(os.environ.get(signals.POLL_ENV) or signals.POLL_SECONDS)
+        self.armed = True
 
     def start(self) -> None:
         _thread.start_new_thread(self.run, ())  # a daemon thread: never joined (see stop())
 
     def run(self) -> None:
+        if self.halt.wait(FIRST_WAKE_SECONDS):
+            return
+        with self.busy:
+            if self.halt.is_set():
+                return
+            self._guarded(self.arm)
+            if not self.armed:
+                return
         # The first sample one tick in too: a short job's only sample is stop()'s, and the
         # thread costs a short job nothing beyond its start (a sample at once competed with
         # the function and was waited for by stop(): ~2 storage writes per no-op job).
-        next_sample, first = time.monotonic() + min(self.tick, self.sampler.interval), True
-        while True:
+        next_sample = self.began + min(self.tick, self.sampler.interval)
+        if self.halt.wait(max(0.0, next_sample - time.monotonic())):
+            return
+        while True:  # one tick in: the function has had time to install handlers
             with self.busy:  # stop() takes it: no tick starts once it has
                 if self.halt.is_set():
                     return
-                if not first:  # one tick in: the function has had time to install handlers
-                    self._guarded(self.watcher.tick)
-                first = False
+                self._guarded(self.watcher.tick)
                 if time.monotonic() >= next_sample:
                     self._guarded(self.sampler.write)
                     next_sample = time.monotonic() + self.sampler.interval
@@ -97,7 +132,9 @@ def stop() -> None:
     if sidecar.busy.acquire(timeout=STOP_SECONDS):  # halt is set: no tick starts after this
         try:
             with contextlib.suppress(Exception):
+                sidecar.arm()  # a job shorter than the first wake: imported here
                 sidecar.sampler.write()
-            sidecar.watcher.close()  # a runner stopping on a decided end says so
+            if sidecar.armed:  # else the import failed: it never ticked, nothing to say
+                sidecar.watcher.close()  # a runner stopping on a decided end says so
         finally:
             sidecar.busy.release()

@@ -72,12 +72,18 @@ def open_storage(uri: str) -> Storage:
     """
     with _lock:
         if uri not in _cache:
-            scheme, sep, _ = uri.partition("://")
-            if not sep or scheme not in registry.STORAGE:
-                schemes = " or ".join(f"{name}://" for name in registry.STORAGE)
-                raise ConfigError(f"Unsupported storage URI {uri!r}: use {schemes}.")
-            _cache[uri] = registry.storage_factory(scheme)(uri)
+            _cache[uri] = open_fresh(uri)
         return _cache[uri]
+
+
+def open_fresh(uri: str) -> Storage:
+    """A new Storage for ``uri``, not the cached one: what a forked child uses (the
+    parent's client and its pooled connections stay the parent's)."""
+    scheme, sep, _ = uri.partition("://")
+    if not sep or scheme not in registry.STORAGE:
+        schemes = " or ".join(f"{name}://" for name in registry.STORAGE)
+        raise ConfigError(f"Unsupported storage URI {uri!r}: use {schemes}.")
+    return registry.storage_factory(scheme)(uri)
 
 
 def storage_failed(doing: str, where: str, exc: OSError) -> StorageError:

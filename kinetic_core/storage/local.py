@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -170,6 +169,8 @@ class LocalStorage:
             self._put_file(key, source, create_only)
 
     def _put_file(self, key: str, source: str, create_only: bool) -> None:
+        import shutil  # here, as below: a runner opens file:// before its job starts
+
         target = self.path(key)
         if create_only and target.exists():
             raise FileExistsError(str(target))
@@ -231,6 +232,8 @@ class LocalStorage:
     def delete_prefix(self, prefix: str) -> None:
         """Everything under ``prefix`` goes, or StorageError says why not (a read-only
         volume is not silently left in place); what is already absent is fine."""
+        import shutil
+
         with self._errors("delete", prefix):
             if sys.version_info >= (3, 12):
                 shutil.rmtree(self.path(prefix), onexc=_absent_is_fine)
@@ -267,6 +270,8 @@ def copy_stream(src: BinaryIO, dst: BinaryIO) -> None:
         src.seek(start_in)
         dst.seek(start_out)
         dst.truncate()
+    import shutil
+
     shutil.copyfileobj(src, dst, 1 << 20)
 
 

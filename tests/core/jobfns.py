@@ -227,3 +227,10 @@ def resumable_in_outputs(steps: int, exit_code: int) -> dict[str, Any]:
         if start == 0 and step + 1 == steps // 2:
             raise SystemExit(exit_code)
     return {"resumed_from": start, "job_id": os.environ["KINETIC_JOB_ID"]}
+
+
+def loaded_modules() -> list[str]:
+    """The modules this process had loaded when the runner called the function."""
+    import sys
+
+    return sorted(sys.modules)

@@ -362,3 +362,24 @@ def test_idempotent_submit_from_20_threads_makes_one_job(
     storage = open_storage(results[0].storage)  # type: ignore[union-attr]
     assert storage.list_names("jobs") == [job_id]
     assert results[0].result(timeout=120) == f"hello from {job_id}"  # type: ignore[union-attr]
+
+
+def speak(line: str) -> str:
+    print(line, flush=True)
+    return line
+
+
+def test_a_runners_log_tee_reaches_gcs_from_its_forked_pump(
+    gcs_emulator: GCSEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pump is forked from the runner, whose GCS client already holds pooled
+    connections: the pump opens its own client (``storage.open_fresh``)."""
+    from kinetic_core.records.log_chunks import read_all
+
+    monkeypatch.setenv("KINETIC_LOG_TO_STORAGE", "1")  # the local job's stdout is a file
+    target = kinetic_core.Target(
+        storage=gcs_emulator.uri(f"e2e-{uuid.uuid4().hex[:12]}"), local_dir=str(tmp_path / "local")
+    )
+    handle = kinetic_core.submit(speak, ("through the pump",), target=target)
+    assert handle.result(timeout=120, cleanup=False) == "through the pump"
+    assert read_all(open_storage(handle.storage), handle.job_id) == "through the pump\n"

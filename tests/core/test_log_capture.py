@@ -224,3 +224,34 @@ def test_a_sigterm_after_the_end_keeps_the_runners_exit_code(tmp_path: Path) -> 
     )
     assert done.returncode == 75
     assert read_all(_store(tmp_path), JOB) == "done\n"
+
+
+def test_the_pump_is_forked_and_a_sync_after_nothing_printed_does_not_wait_for_it(
+    tmp_path: Path,
+) -> None:
+    """Before: the pump was a fresh interpreter (``python -m ...log_capture``) and every
+    job's end waited in ``sync()`` for it to start and answer, printed or not (~35 ms)."""
+    marks = tmp_path / "marks.json"
+    done = _run(
+        tmp_path,
+        f"""
+        import json, signal
+        capture = log_capture._active[0]
+        with open(f"/proc/{{capture.pump}}/cmdline") as a, open("/proc/self/cmdline") as b:
+            forked = a.read() == b.read()  # no exec: the runner's own image
+        os.kill(capture.pump, signal.SIGSTOP)  # a sync that needs the pump waits 10 s, False
+        quiet = capture.sync()
+        os.kill(capture.pump, signal.SIGCONT)
+        print("something", flush=True)
+        printed = capture.sync()
+        with open({str(marks)!r}, "w") as fh:
+            json.dump([forked, quiet, printed], fh)
+        """,
+        KINETIC_LOG_FLUSH_SECONDS="3600",
+    )
+    assert done.returncode == 0, done.stdout
+    assert json.loads(marks.read_text()) == [True, True, True]
+    assert done.stdout == b"something\n"
+    storage = _store(tmp_path)
+    assert read_all(storage, JOB) == "something\n"
+    assert "ended_ns" in (read_meta(storage, JOB) or {})

@@ -1,7 +1,8 @@
 """Randomized kills against the local backend, and the checks of the engine's promise.
 
 Each trial kills something at a random instant: the submitter inside ``submit``, the
-zygote during keyed submits, a job's supervisor alone, its whole process group, or races
+zygote during keyed submits, the zygote's spare (the child forked ahead of the next
+request) during keyed submits, a job's supervisor alone, its whole process group, or races
 ``cancel()`` with the job. A keyed resubmission then recovers the value, as a retrying
 orchestrator would. Every job touched is checked: its function ran at most once (each run
 appends its pid to a file named after the job id), no process of it is alive once its
@@ -25,11 +26,11 @@ from typing import Any
 
 import kinetic_core as kc
 from kinetic_core.util.ids import keyed_id
-from kinetic_core.util.procs import process_alive
+from kinetic_core.util.procs import process_alive, wait_exit
 from tests.fault import chaosfns
 
 ROOT = Path(__file__).resolve().parents[2]
-KINDS = ("submitter", "zygote", "supervisor", "group", "cancel")
+KINDS = ("submitter", "zygote", "spare", "supervisor", "group", "cancel")
 COLUMNS = (
     "trials",
     "acknowledged",
@@ -148,6 +149,19 @@ class Chaos:
             threading.Timer(self.rng.uniform(0, 0.03), _kill, (zygote,)).start()
         for j, key in enumerate(keys):
             self._recover(key, i * 10 + j, None, acknowledge=True)
+
+    def _spare(self, i: int) -> None:
+        """The spare dies waiting, while it takes a connection, or (when the timer fires
+        late) as the supervisor it became; the zygote lives on and forks for its jobs."""
+        keys = [f"spa-{i}-{j}" for j in range(3)]
+        zygote = self._zygote_pid()
+        spare = spare_of(zygote) if zygote else None
+        if spare:
+            threading.Timer(self.rng.uniform(0, 0.03), _kill, (spare,)).start()
+        for j, key in enumerate(keys):
+            self._recover(key, i * 10 + j, None, acknowledge=True)
+        if zygote and not process_alive(zygote):
+            self.tally.fail("zygote_deaths", f"zygote {zygote} died when its spare was killed")
 
     def _supervisor(self, i: int, group: bool = False) -> None:
         key = f"{'grp' if group else 'sup'}-{i}"
@@ -279,7 +293,12 @@ class Chaos:
             self.tally.fail("leftovers", f"zombie child {pid}")
         zygote = self._zygote_pid()
         if zygote:
+            spare = spare_of(zygote)
             _kill(zygote)
+            if spare:
+                wait_exit(spare, 10)
+                if process_alive(spare):
+                    self.tally.fail("leftovers", f"spare {spare} outlived its zygote {zygote}")
 
     def _zygote_pid(self) -> int | None:
         try:
@@ -296,6 +315,22 @@ class Chaos:
         except (OSError, ValueError):
             return None
         return record
+
+
+def spare_of(zygote: int) -> int | None:
+    """The zygote's spare: its child that is not yet a supervisor (each supervisor leads
+    its own session), or None."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, ppid, session = fields[0], int(fields[1]), int(fields[3])
+        if ppid == zygote and session != int(entry) and state != "Z":
+            return int(entry)
+    return None
 
 
 def _kill(pid: int, *, group: bool = False) -> None:

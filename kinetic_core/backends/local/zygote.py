@@ -11,6 +11,13 @@ session leader, switches to the submitter's environment, working directory (also
 the request's own connection. The zygote itself never writes to a client: a submitter
 that vanishes affects only its own launch.
 
+The fork is made ahead of the request: one spare child waits on a socketpair for the next
+accepted connection (passed as a file descriptor), reads the request itself and becomes
+that job's supervisor, while the zygote forks the next spare off the submitter's path. A
+spare that died is noticed when the zygote hands it a connection (the send fails) and the
+zygote forks for that request as before; a spare whose zygote died reads the socketpair's
+end and exits, so no spare outlives its zygote.
+
 Set ``KINETIC_LOCAL_ZYGOTE=0`` to start every job in a fresh interpreter instead;
 ``KINETIC_ZYGOTE_SOCKET`` names another socket (in a private directory), e.g. for tests.
 """
@@ -21,6 +28,7 @@ import contextlib
 import fcntl
 import gc
 import hashlib
+import importlib
 import json
 import os
 import select
@@ -180,8 +188,11 @@ def serve(path: str, idle: float) -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     closing = False
+    spare: socket.socket | None = None
     try:
         while True:
+            if spare is None and not closing:  # after the last hand-over: off its path
+                spare = _fork_spare(server, lock, supervisor.main)
             try:
                 conn, _ = server.accept()
             except (TimeoutError, BlockingIOError):
@@ -196,16 +207,20 @@ def serve(path: str, idle: float) -> None:
             except OSError:
                 continue
             with conn:  # every operation on one client's connection affects only that client
-                try:
-                    conn.settimeout(REQUEST_TIMEOUT)
-                    request = json.loads(read_line(conn))
-                    pid = os.fork()
-                except (OSError, ValueError):
-                    continue
-                if pid == 0:
-                    server.close()
-                    os.close(lock)  # the socket's lock stays with the zygote alone
-                    _become_supervisor(request, supervisor.main, conn)
+                if spare is not None and _hand_over(spare, conn):
+                    spare = None
+                else:  # no spare (it died, or could not be forked): fork for this request
+                    spare = None
+                    try:
+                        conn.settimeout(REQUEST_TIMEOUT)
+                        request = json.loads(read_line(conn))
+                        pid = os.fork()
+                    except (OSError, ValueError):
+                        continue
+                    if pid == 0:
+                        server.close()
+                        os.close(lock)  # the socket's lock stays with the zygote alone
+                        _become_supervisor(request, supervisor.main, conn)
     finally:
         with contextlib.suppress(FileNotFoundError):
             if not closing:
@@ -213,16 +228,66 @@ def serve(path: str, idle: float) -> None:
             os.unlink(f"{path}.pid")
 
 
+def _fork_spare(server: socket.socket, lock: int, run: Any) -> socket.socket | None:
+    """Fork the spare that serves the next request; the zygote's end of its socketpair,
+    or None when the fork failed (the next request is then forked for)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if pid == 0:
+        server.close()
+        os.close(lock)  # the socket's lock stays with the zygote alone
+        ours.close()
+        _await_request(theirs, run)
+    theirs.close()
+    return ours
+
+
+def _hand_over(spare: socket.socket, conn: socket.socket) -> bool:
+    """Pass an accepted connection to the spare; False if it is gone (the send fails)."""
+    try:
+        socket.send_fds(spare, [b"c"], [conn.fileno()])
+        return True
+    except OSError:
+        return False
+    finally:
+        spare.close()
+
+
+def _await_request(channel: socket.socket, run: Any) -> None:
+    """In the spare: wait for a connection, read its request, supervise. Never returns;
+    the socketpair's end (the zygote exited or was killed) ends the spare."""
+    code = 0
+    try:
+        _, fds, _, _ = socket.recv_fds(channel, 1, 1)
+        channel.close()
+        if fds:
+            conn = socket.socket(fileno=fds[0])
+            conn.settimeout(REQUEST_TIMEOUT)
+            request = json.loads(read_line(conn))
+            _become_supervisor(request, run, conn)
+    except (OSError, ValueError):
+        code = 2  # this request's launch fails (its submitter sees the connection end)
+    finally:
+        os._exit(code)
+
+
 def _preload() -> None:
     """Load once here what every forked job would otherwise load on its critical path."""
     import tempfile
 
     import kinetic_core.runtime.runner  # every job runs it
-    import kinetic_core.storage.local  # noqa: F401  (every local job's runner opens file://)
+    import kinetic_core.storage.local  # every local job's runner opens file://
     from kinetic_core.records import chunks
     from kinetic_core.runtime import telemetry
     from kinetic_core.util import procs
 
+    for name in kinetic_core.runtime.runner.AFTER_START:  # what it imports once started
+        importlib.import_module(name)
     telemetry.nvml_module()  # the last sample of each job asks: searched for once, here
     procs.libc()  # ctypes and libc: the supervisor's prctl calls (~5 ms to import)
     chunks.blake3_available()  # the envelope hash: blake3 where installed
