@@ -129,12 +129,14 @@ $(addprefix test-airflow-,$(AIRFLOW_MINORS)): test-airflow-%: env-airflow-% k8s-
 	.venv-airflow-$*/bin/pytest tests/airflow --ignore=tests/airflow/browser $(PYTEST_FLAGS) \
 	  $(if $(filter $*,$(AIRFLOW_MIDDLE)),$(AIRFLOW_MIDDLE_SKIP))
 
-test-prefect: env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) k8s-binaries slurm
-	for minor in $(PREFECT_OLDEST) $(PREFECT_NEWEST); do \
-	  echo "== Prefect $$minor: $$(.venv-prefect-$$minor/bin/python -c 'import prefect; print(prefect.__version__)')" && \
-	  .venv-prefect-$$minor/bin/mypy providers/kinetic_prefect && \
-	  .venv-prefect-$$minor/bin/pytest tests/prefect $(PYTEST_FLAGS) || exit 1; done
-	.venv-prefect-$(PREFECT_NEWEST)/bin/pytest tests/docs -k prefect $(PYTEST_FLAGS)
+## test-prefect runs both minors; test-prefect-MINOR one (the newest also its docs' examples)
+PREFECT_MINORS := $(PREFECT_OLDEST) $(PREFECT_NEWEST)
+test-prefect: $(addprefix test-prefect-,$(PREFECT_MINORS))
+$(addprefix test-prefect-,$(PREFECT_MINORS)): test-prefect-%: env-prefect-% k8s-binaries slurm
+	@echo "== Prefect $$(.venv-prefect-$*/bin/python -c 'import prefect; print(prefect.__version__)')"
+	.venv-prefect-$*/bin/mypy providers/kinetic_prefect
+	.venv-prefect-$*/bin/pytest tests/prefect $(PYTEST_FLAGS)
+	$(if $(filter $*,$(PREFECT_NEWEST)),.venv-prefect-$*/bin/pytest tests/docs -k prefect $(PYTEST_FLAGS))
 
 ## the release artifacts: sdist contents, and the wheel installed with [airflow] in a fresh venv
 ## running a smoke DAG from a temp dir (uv's cache keeps the install quick)
@@ -153,9 +155,10 @@ TEST_JOBS ?= 4
 LANES := engine clusters airflow orchestrators
 LANE_engine := lint docs test-core test-docs test-ui test-packaging
 LANE_clusters := test-kubernetes test-slurm
-LANE_airflow := test-airflow-newest test-airflow-3.1
-LANE_orchestrators := test-airflow-3.0 test-airflow-3.2 test-prefect
-.PHONY: $(addprefix lane-,$(LANES)) $(addprefix test-airflow-,$(AIRFLOW_MINORS))
+LANE_airflow := test-airflow-newest test-airflow-3.1 test-prefect-$(PREFECT_OLDEST)
+LANE_orchestrators := test-airflow-3.0 test-airflow-3.2 test-prefect-$(PREFECT_NEWEST)
+.PHONY: $(addprefix lane-,$(LANES)) $(addprefix test-airflow-,$(AIRFLOW_MINORS)) \
+        $(addprefix test-prefect-,$(PREFECT_MINORS))
 test: env env-airflow env-prefect-$(PREFECT_OLDEST) env-prefect-$(PREFECT_NEWEST) \
       $(addprefix env-airflow-,$(AIRFLOW_MINORS)) chromium slurm k8s-binaries
 	@rm -rf test-logs && mkdir -p test-logs && start=$$(date +%s) && \
