@@ -18,9 +18,12 @@ Each variant runs in a fresh subprocess (so peak RSS figures do not mix), interl
              are kept until the end, as kinetic keeps both envelopes). Kinetic does the same
              passes but reads and verifies on all cores (``kinetic_core/records/chunks.py``).
 
-Throughput = 2 x payload / wall time. Goals: kinetic >= 0.7x copyfile (a plain file copy);
-peak RSS of the submitting process <= 1.5x the payload. The job's peak RSS is read from
+Throughput = 2 x payload / wall time. Goals: kinetic >= 0.8x the floor below (two floors
+over kinetic's round trip; the copyfile ratio is printed beside it); peak RSS of the
+submitting process <= 1.5x the payload. The job's peak RSS is read from
 ``RUSAGE_CHILDREN`` after reaping its supervisor (Linux keeps the largest descendant's peak).
+The kinetic child makes one empty round trip before it times the payload's: the modules
+a first ``submit`` and ``result()`` import are its start-up, not the transport.
 
 Fair turns: the variants' order rotates from one repeat to the next (and reverses every
 other repeat), and each child starts ``--settle`` seconds after the previous one ended.
@@ -35,7 +38,7 @@ pass into new memory (a new file, a new object) after the same pause.
 The floor printed at the end is what any file transport must do to get the value into
 the other process's memory, from those unit costs: per direction one write pass into a
 new file (the faster of one write and 256 KiB writes) and one read into a new object
-(the faster of one thread and two; a file mapped into memory instead of read is not a
+(the fastest of a read, ``pickle.load`` and ``pickle.load`` on two threads; a file mapped into memory instead of read is not a
 transport here: it can change after any check).
 """
 
@@ -60,6 +63,8 @@ from typing import Any
 MB = 1 << 20
 #: Seconds between two children (see the docstring: "Fair turns").
 SETTLE = 5.0
+#: Goal: kinetic's round trip at least this fraction of the pace of two floors (issue 37).
+FLOOR_GOAL = 0.8
 
 
 def identity(b: bytes) -> bytes:
@@ -108,6 +113,9 @@ def child_kinetic(
     import kinetic_core as kc
 
     target = kc.Target(storage=f"file://{root}")
+    # One empty round trip first: the modules a first submit and result() import (~0.2 s)
+    # are a process's start-up, not the transport's; the job is a fresh interpreter anyway.
+    kc.submit(identity, (b"",), target=target).result()
     base_rss = peak_mb(resource.RUSAGE_SELF)
     if ndarray:  # the usual ML value: pickled in-band, read straight into its new buffer
         import numpy as np
@@ -433,33 +441,33 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
     for key, value in parts.items():
         print(f"  {key:<58}{value:7.2f} s")
     write = min(v for k, v in parts.items() if k.startswith("write pass"))
-    read = min(
-        parts["read into a new object (one thread)"], parts["pickle.load, readinto on two threads"]
-    )
+    read = min(v for k, v in parts.items() if k.startswith(("read into", "pickle.load")))
     floor, one_copy = write + read, parts["copyfile (into a new file)"]
     kin_s = med([r["seconds"] for r in kin])
     print(
         f"floor of any file transport, per direction (the faster write pass + the faster read "
         f"into a new object): {write:.2f} + {read:.2f} = {floor:.2f} s = "
-        f"{one_copy / floor:.2f}x copyfile into a new file ({one_copy:.2f} s); "
-        f"kinetic's round trip = {kin_s / (2 * floor):.2f}x two floors"
+        f"{one_copy / floor:.2f}x copyfile into a new file ({one_copy:.2f} s)"
     )
 
-    secs = med([r["seconds"] for r in kin])
     peak = med([r["self_peak_mb"] for r in kin])
+    of_floor = 2 * floor / kin_s
     print("\nGoals")
-    ok1 = copy / secs >= 0.7
+    ok1 = of_floor >= FLOOR_GOAL
     ok2 = peak <= 1.5 * size / MB
     print(
-        f"  throughput >= 0.7x copyfile:         {copy / secs:.2f}x   {'MET' if ok1 else 'MISSED'}"
-        f"   ({base / secs:.2f}x write+read; format 2: "
-        f"{copy / med([r['seconds'] for r in old]):.2f}x copyfile)"
+        f"  throughput >= {FLOOR_GOAL}x the floor:          {of_floor:.2f}x   "
+        f"{'MET' if ok1 else 'MISSED'}   (kinetic {kin_s:.2f} s, two floors {2 * floor:.2f} s; "
+        f"format 2: {2 * floor / med([r['seconds'] for r in old]):.2f}x the floor)"
+    )
+    print(
+        f"  beside it: {copy / kin_s:.2f}x copyfile ({copy:.2f} s), {base / kin_s:.2f}x "
+        f"write+read ({base:.2f} s); the floor is {one_copy / floor:.2f}x copyfile"
     )
     print(
         f"  submitter peak RSS <= 1.5x payload:  {peak / (size / MB):.2f}x   "
         f"{'MET' if ok2 else 'MISSED'}"
     )
-    print(f"  (the floor of any file transport here: {one_copy / floor:.2f}x copyfile)")
     return 0
 
 
