@@ -38,8 +38,9 @@ pass into new memory (a new file, a new object) after the same pause.
 The floor printed at the end is what any file transport must do to get the value into
 the other process's memory, from those unit costs: per direction one write pass into a
 new file (the faster of one write and 256 KiB writes) and one read into a new object
-(the fastest of a read, ``pickle.load`` and ``pickle.load`` on two threads; a file mapped into memory instead of read is not a
-transport here: it can change after any check).
+(the fastest of a read, ``pickle.load`` and ``pickle.load`` on two threads; a file
+mapped into memory instead of read is not a transport here: it can change after any
+check).
 """
 
 from __future__ import annotations
