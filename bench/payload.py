@@ -83,6 +83,15 @@ def peak_mb(who: int) -> float:
 # ---- children (one variant per fresh process) ------------------------------------------------
 
 
+def become_subreaper() -> None:
+    """Adopt this process's orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``): the
+    job's supervisor detaches with a double fork, and only its parent can reap it."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
 def wait_json(path: Path, timeout: float = 30.0) -> dict[str, Any]:
     """A record another process writes a little later: a job reads terminal once its
     outcome is decided, before its supervisor writes ``exit.json``."""
@@ -108,9 +117,11 @@ def child_kinetic(
         sys.modules["blake3"] = None  # type: ignore[assignment,unused-ignore]
     root = workdir / "kinetic"
     os.environ["KINETIC_STORAGE"] = f"file://{root}"
-    # A fresh-interpreter supervisor is this process's child, so RUSAGE_CHILDREN can report
-    # the job's peak memory; a zygote-forked one is not (the job's memory is the same).
+    # A fresh-interpreter supervisor descends from this process, so RUSAGE_CHILDREN can
+    # report the job's peak memory; a zygote-forked one does not (the job's memory is the
+    # same). It detaches (a double fork): as a subreaper this process still reaps it.
     os.environ["KINETIC_LOCAL_ZYGOTE"] = "0"
+    become_subreaper()
     import kinetic_core as kc
 
     target = kc.Target(storage=f"file://{root}")
@@ -140,10 +151,7 @@ def child_kinetic(
     local = root / "backend-local" / handle.job_id
     pid = json.loads((local / "launch.json").read_text())["pid"]
     exited = wait_json(local / "exit.json")["finished_at"]
-    try:
-        os.waitpid(pid, 0)  # reap the supervisor: RUSAGE_CHILDREN then covers it and its runner
-    except ChildProcessError:
-        pass  # a detached supervisor is not our child: the job's peak is not measured
+    os.waitpid(pid, 0)  # reap the supervisor: RUSAGE_CHILDREN then covers it and its runner
     handle.cleanup()
     return {
         "seconds": t3 - t0,
