@@ -37,6 +37,7 @@ from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
 from kinetic_core.backends.kubernetes.watch import (
     KindView,
     NamespaceWatch,
+    counts_agree,
     instant,
     job_of,
     namespace_watch,
@@ -470,7 +471,7 @@ class KubernetesBackend:
                     torn.append(i)
                     continue
                 held.append(sets.jobs[i])
-            if instant(held) is None:
+            if instant(held) is None and (i in others or not counts_agree(*held[:2])):
                 torn.append(i)
         return views, torn, absent, asks_sets
 

@@ -37,7 +37,9 @@ answered from the caches only at an instant where every kind it needs holds (``i
 a job with none (its kinds "torn") first waits up to ``TORN_WAIT`` for the lagging caches to
 reach the newest one (``catch_up``: while jobs end, the other stream's next event or a
 bookmark comes soon; ``Backend.poll`` takes no deadline, so this bound is the whole cost of
-the wait); one still torn is read by LIST at the newest cache's resourceVersion
+the wait), unless its Job counts exactly the pods the pods cache holds (``counts_agree``:
+then the pair is one the server shows, whatever the streams' positions); one still torn is
+read by LIST at the newest cache's resourceVersion
 (``resourceVersionMatch=Exact``) for the kinds behind it, so every answer is what one
 LIST at one instant would give. Where such a LIST shows what a lagging cache holds, the
 cache is ``confirm``-ed at that instant: the next poll answers from it, and a quiet stream
@@ -131,6 +133,29 @@ def instant(held: Sequence[Held]) -> int | None:
     what they say together is what a LIST at that instant says. None: they are torn."""
     candidates = {min(h.until for h in held)} | {h.confirmed for h in held if h.confirmed}
     return max((rv for rv in candidates if all(h.holds_at(rv) for h in held)), default=None)
+
+
+def counts_agree(job: Held, pods: Held) -> bool:
+    """Whether a plain Job, as its cache holds it, counts exactly the pods the pods cache
+    holds of it (active: neither ended nor being deleted; succeeded; failed), as the Job
+    controller counts them. Such a pair is what the server shows at some instant whatever
+    the streams' positions: the Job controller writes the Job when a count changes, so a
+    stream behind the other has nothing of this job on its way that changes the answer.
+    A torn job whose caches agree is answered from them: no ``TORN_WAIT``, no LIST (in a
+    wave of job ends most torn jobs were such pairs, each waiting 200 ms: issue 37). Only
+    a pair that disagrees (the Job failed while its failed pod is not in the pods cache:
+    read alone, that reads Preempted) is waited for and read at one instant."""
+    if len(job.objects) != 1:
+        return False
+    status = job.objects[0].get("status") or {}
+    phases = [(p.get("status") or {}).get("phase") for p in pods.objects]
+    active = sum(
+        1
+        for p, phase in zip(pods.objects, phases, strict=True)
+        if phase not in ("Succeeded", "Failed") and not p["metadata"].get("deletionTimestamp")
+    )
+    counted = (status.get("active") or 0, status.get("succeeded") or 0, status.get("failed") or 0)
+    return counted == (active, phases.count("Succeeded"), phases.count("Failed"))
 
 
 @dataclass(frozen=True)
@@ -617,6 +642,7 @@ __all__ = [
     "KindWatch",
     "NamespaceWatch",
     "Write",
+    "counts_agree",
     "enabled",
     "instant",
     "job_of",
