@@ -194,6 +194,11 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     requests = Requests()
+    # The test cluster's pods run as this machine's processes and import kinetic_core
+    # through PYTHONPATH: this checkout's, not whatever the interpreter has installed.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     cluster = start_test_cluster(args.kubeconfig)
     target = kc.Target(**bench_target(poll_interval=0.5))
     backend = get_backend(target.resolve())

