@@ -1,9 +1,11 @@
 """The data plane vs plain copies, side by side in one run, on file:// storage.
 
 1. Payload: a 1 GiB argument + a 1 GiB result through ``submit(identity, (data,))`` vs
-   ``shutil.copyfile`` of a file of the same size once per direction (each in a fresh
-   subprocess from ``bench/payload.py``, so peak RSS figures do not mix). Goals: >= 0.7x
-   the copy's throughput; submitter peak RSS <= 1.5x the payload.
+   the floor of any file transport (``bench/payload.py``'s floor variant: the bytes
+   written once and read once into a new object per direction) and ``shutil.copyfile`` of
+   a file of the same size once per direction (each in a fresh subprocess from
+   ``bench/payload.py``, so peak RSS figures do not mix). Goals: >= 0.8x the floor's pace
+   (issue 37; before it >= 0.7x the copy's); submitter peak RSS <= 1.5x the payload.
 2. Data folder: 1 GiB in 1,000 files. Upload = ``Data(folder)`` hashed and stored
    content-addressed (what ``submit`` does); download = the job side fetching it into a
    folder (forced: on file:// storage a job reads the stored copy in place, for free).
@@ -103,23 +105,24 @@ def main() -> int:
 
 
 def payload_part(size: int, tmp: Path, repeats: int) -> None:
-    """1. An argument and a result through file:// storage vs copyfile (and write+read)."""
-    pay: dict[str, list[dict[str, Any]]] = {"copyfile": [], "write+read": [], "kinetic": []}
+    """1. An argument and a result through file:// storage vs the floor of any file
+    transport (``bench/payload.py``'s floor variant) and copyfile."""
+    pay: dict[str, list[dict[str, Any]]] = {"copyfile": [], "floor": [], "kinetic": []}
     for turn in range(repeats):  # fair turns, as in bench/payload.py (order, pause)
         for variant in payload_bench.turns(list(pay), turn):
             pay[variant].append(payload_bench.run_child(variant, size, tmp))
     copy_s = statistics.median(r["seconds"] for r in pay["copyfile"])
-    write_read_s = statistics.median(r["seconds"] for r in pay["write+read"])
+    floor_s = statistics.median(r["seconds"] for r in pay["floor"])
     kin_s = statistics.median(r["seconds"] for r in pay["kinetic"])
     peak = statistics.median(r["self_peak_mb"] for r in pay["kinetic"])
-    ratio = copy_s / kin_s
+    ratio, goal = floor_s / kin_s, payload_bench.FLOOR_GOAL
     rss = peak / (size / MB)
     print(f"\n1. argument + result, {2 * size / MB:.0f} MiB moved (median of {repeats})")
     print(f"   copyfile x2      {copy_s:7.2f} s")
-    print(f"   write+read x2    {write_read_s:7.2f} s")
+    print(f"   floor x2         {floor_s:7.2f} s")
     print(
-        f"   kinetic          {kin_s:7.2f} s   {ratio:.2f}x copyfile   goal >= 0.7x  "
-        f"{'MET' if ratio >= 0.7 else 'MISSED'}   ({write_read_s / kin_s:.2f}x write+read)"
+        f"   kinetic          {kin_s:7.2f} s   {ratio:.2f}x the floor   goal >= {goal}x  "
+        f"{'MET' if ratio >= goal else 'MISSED'}   ({copy_s / kin_s:.2f}x copyfile)"
     )
     print(
         f"   submitter peak RSS {peak:.0f} MiB = {rss:.2f}x payload   goal <= 1.5x  "

@@ -25,6 +25,9 @@ end to its trigger's event, the longest event-loop stall, CPU during the wave. G
 p99 lag < 1 s and no stall > 0.2 s. ``full collection`` is what one full collection of
 the process's heap costs (``gc.collect()``, timed) with nothing kinetic in it and with N
 triggers waiting: CPython's collector stops every thread for that long whenever it runs.
+``--gc-freeze`` (issue 37) runs N once more beside it with ``gc.freeze()`` called after the
+triggerer's start-up (Airflow and the provider imported, no trigger yet), what an operator
+can do (docs/airflow.md, "Scale"): the collector then leaves that heap alone.
 Run from the repository root with ``PYTHONPATH=$PWD:$PWD/providers``::
 
     .venv-airflow/bin/python bench/triggerer.py --scripted [--n 5000 --compare 1000 --interval 0.5]
@@ -157,6 +160,29 @@ def timed_collection() -> float:
     return time.perf_counter() - t0
 
 
+class FullCollections:
+    """The collector's own full (generation 2) collections while armed, from
+    ``gc.callbacks``: how many, and how long each took in wall time and in CPU time of the
+    thread that ran it (the CPU time does not grow with the machine's load)."""
+
+    def __init__(self) -> None:
+        self.walls: list[float] = []
+        self.cpus: list[float] = []
+        self.armed = True
+        self._began: tuple[float, float] | None = None
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2 or not self.armed:
+            return
+        if phase == "start":
+            self._began = (time.perf_counter(), time.thread_time())
+        elif self._began is not None:
+            wall, cpu = self._began
+            self.walls.append(time.perf_counter() - wall)
+            self.cpus.append(time.thread_time() - cpu)
+            self._began = None
+
+
 def submit_scripted(n: int, interval: float) -> list[kc.JobHandle]:
     from kinetic_core.util import registry
 
@@ -211,13 +237,19 @@ async def end_jobs_elsewhere(handles: list[kc.JobHandle], spread: float) -> dict
     return ended
 
 
-async def scripted_run(n: int, interval: float, window: float, spread: float) -> dict[str, Any]:
+async def scripted_run(
+    n: int, interval: float, window: float, spread: float, freeze: bool = False
+) -> dict[str, Any]:
     from kinetic_airflow.triggers import KineticJobTrigger
 
     gc_empty = timed_collection()  # Airflow imported, nothing of kinetic's held yet
+    if freeze:  # the start-up heap out of every later collection
+        gc.freeze()
     t0 = time.monotonic()
     handles = submit_scripted(n, interval)
     submit_s = time.monotonic() - t0
+    collections = FullCollections()  # from registering to the last event
+    gc.callbacks.append(collections)
     poller = kc.shared_poller()
     fired: dict[str, float] = {}
 
@@ -247,7 +279,9 @@ async def scripted_run(n: int, interval: float, window: float, spread: float) ->
     stop.set()
     steady_stall = await monitor
     assert not fired, "a trigger fired before its job ended"
+    collections.armed = False  # the timed one is not the collector's own
     gc_full = timed_collection()  # outside the stall windows
+    collections.armed = True
     stop = asyncio.Event()
     monitor = asyncio.ensure_future(stall_monitor(stop))
     cpu0, w0 = cpu_seconds(), time.monotonic()
@@ -260,6 +294,7 @@ async def scripted_run(n: int, interval: float, window: float, spread: float) ->
     stop.set()
     wave_stall = await monitor
     ended = await ender
+    gc.callbacks.remove(collections)
     lags = sorted(fired[j] - ended[j] for j in ended if j in fired)
     lags += [float("inf")] * (len(ended) - len(lags))  # not fired within the wait
     return {
@@ -278,6 +313,11 @@ async def scripted_run(n: int, interval: float, window: float, spread: float) ->
         "wave_cpu_per_min": wave_cpu / wave_s * 60,
         "gc_empty": gc_empty,
         "gc_full": gc_full,
+        "frozen": gc.get_freeze_count(),
+        "full_collections": len(collections.walls),
+        "full_wall_max": max(collections.walls, default=0.0),
+        "full_cpu_max": max(collections.cpus, default=0.0),
+        "freeze": freeze,
     }
 
 
@@ -290,7 +330,9 @@ def scripted_child(args: argparse.Namespace) -> int:
     storage = tempfile.mkdtemp(prefix="kinetic-bench-trig-")
     os.environ["KINETIC_STORAGE"] = "file://" + storage
     try:
-        result = asyncio.run(scripted_run(args.n, args.interval, args.window, args.spread))
+        result = asyncio.run(
+            scripted_run(args.n, args.interval, args.window, args.spread, args.freeze)
+        )
     finally:
         import shutil
 
@@ -309,10 +351,11 @@ def scripted_main(args: argparse.Namespace) -> int:
         flush=True,
     )
     results = []
-    for n in (args.compare, args.n):
+    runs = [(args.compare, False), (args.n, False)] + [(args.n, True)] * args.gc_freeze
+    for n, freeze in runs:
         argv = [sys.executable, __file__, "--scripted-child", "--n", str(n)]
         argv += ["--interval", str(args.interval), "--window", str(args.window)]
-        argv += ["--spread", str(args.spread)]
+        argv += ["--spread", str(args.spread)] + ["--freeze"] * freeze
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode:
             raise SystemExit(f"N={n} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
@@ -332,18 +375,25 @@ def scripted_main(args: argparse.Namespace) -> int:
         ("longest stall: during the ends", "stall_wave", "{:.3f} s"),
         ("full collection, Airflow imported, no triggers", "gc_empty", "{:.3f} s"),
         ("full collection, N triggers waiting", "gc_full", "{:.3f} s"),
+        ("the collector's full collections, whole run", "full_collections", "{:d}"),
+        ("  the longest of them, wall", "full_wall_max", "{:.3f} s"),
+        ("  the longest of them, CPU of its thread", "full_cpu_max", "{:.3f} s"),
+        ("objects frozen by gc.freeze()", "frozen", "{:d}"),
     ]
-    a, b = results
-    print(f"\n| {'metric':<46} | {'N=' + str(a['n']):>12} | {'N=' + str(b['n']):>12} |")
-    print(f"|{'-' * 48}|{'-' * 14}|{'-' * 14}|")
+    heads = [f"N={r['n']}" + (" gc.freeze()" if r["freeze"] else "") for r in results]
+    print("\n| " + " | ".join([f"{'metric':<46}", *(f"{h:>18}" for h in heads)]) + " |")
+    print("|" + "|".join(["-" * 48, *(["-" * 20] * len(heads))]) + "|")
     for name, key, fmt in rows:
-        print(f"| {name:<46} | {fmt.format(a[key]):>12} | {fmt.format(b[key]):>12} |")
-    worst_stall = max(b["stall_register"], b["stall_steady"], b["stall_wave"])
-    print(f"\nGoals (N={b['n']})")
-    print(f"  p99 lag < 1 s:      {b['p99']:.3f} s   {'MET' if b['p99'] < 1 else 'MISSED'}")
-    print(
-        f"  no stall > 0.2 s:   {worst_stall:.3f} s   {'MET' if worst_stall <= 0.2 else 'MISSED'}"
-    )
+        cells = (f"{fmt.format(r[key]):>18}" for r in results)
+        print("| " + " | ".join([f"{name:<46}", *cells]) + " |")
+    for head, b in list(zip(heads, results, strict=True))[1:]:
+        worst_stall = max(b["stall_register"], b["stall_steady"], b["stall_wave"])
+        print(f"\nGoals ({head})")
+        print(f"  p99 lag < 1 s:      {b['p99']:.3f} s   {'MET' if b['p99'] < 1 else 'MISSED'}")
+        print(
+            f"  no stall > 0.2 s:   {worst_stall:.3f} s   "
+            f"{'MET' if worst_stall <= 0.2 else 'MISSED'}"
+        )
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
@@ -362,6 +412,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--compare", type=int, default=1000, help="--scripted: the smaller N")
     parser.add_argument("--spread", type=float, default=10.0, help="--scripted: ends over (s)")
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="--scripted: N once more with gc.freeze() after start-up, side by side",
+    )
+    parser.add_argument("--freeze", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--scripted-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--end-jobs", metavar="JOBS_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -90,6 +90,10 @@ class Backend(Protocol):
       job's (``worker``'s) log. A log stream at a job's end keeps reading a worker's log
       until it is (a bounded time): another worker's process may still be writing after
       the job read SUCCEEDED. Without it, a log is complete once the job is terminal.
+    - ``decided_by_storage: bool`` (an attribute): a job whose runner decided its outcome
+      is resolved from storage alone, without a poll (Kubernetes: the pod ends on its
+      own, and a poll is API requests). Without it the backend is polled all the same
+      (local: a job reads terminal only once its processes are gone).
     """
 
     name: str

@@ -147,15 +147,20 @@ def _resolve_all(
         backends[id(backend)] = backend
         groups[id(backend)].append(i)
         scope_of.append(id(backend))
+    now = time.time()
+    outcomes = [read_outcome(open_storage(ref.storage), ref.job_id) for ref in refs]
     backend_states: dict[int, BackendState] = {}
     for scope, indexes in groups.items():
-        polled = backends[scope].poll([refs[i].job_id for i in indexes])
+        backend = backends[scope]
+        asked = [i for i in indexes if needs_backend(backend, outcomes[i], now)]
+        polled = backend.poll([refs[i].job_id for i in asked]) if asked else {}
         for i in indexes:
             backend_states[i] = polled.get(refs[i].job_id, BackendState("not_found"))
-    now = time.time()
     states = []
     for i, ref in enumerate(refs):
-        state = _resolve_one(ref, backend_states[i], backends[scope_of[i]], now, enforce)
+        state = _resolve_one(
+            ref, backend_states[i], backends[scope_of[i]], now, enforce, outcomes[i]
+        )
         kept = previous.get(state.job_id) if previous else None
         if kept == state:  # noted when the poller first kept it: nothing new to record
             states.append(kept)
@@ -198,10 +203,16 @@ class _Seen:
 
 
 def _resolve_one(
-    ref: JobRef, b: BackendState, backend: Backend, now: float, enforce: bool
+    ref: JobRef,
+    b: BackendState,
+    backend: Backend,
+    now: float,
+    enforce: bool,
+    outcome: dict[str, Any] | None,
 ) -> JobState:
-    """Observe, enforce the limits, decide, seal, carry out: each step its own function."""
-    seen = _observe(ref, b, backend, now)
+    """Observe, enforce the limits, decide, seal, carry out: each step its own function.
+    ``outcome``: the job's outcome as read before the backend was polled."""
+    seen = _observe(ref, b, backend, now, outcome)
     if enforce and (passed := _limit_passed(seen)) is not None:
         stopped = _stop(seen, backend, *passed)
         if stopped is not None:
@@ -211,6 +222,24 @@ def _resolve_one(
         carry_out(seen.ref.job_id, seen.outcome, seen.backend, backend, seen.now)
         return found
     return _seal(seen, found) if found.terminal else found
+
+
+def needs_backend(backend: Backend, outcome: dict[str, Any] | None, now: float) -> bool:
+    """Whether resolving a job asks its backend. Not where the backend lets storage decide
+    (``decided_by_storage``) and nothing is left to carry out: an outcome the runner
+    decided (its process ends on its own), or a stop decided within ``STOP_IN_FLIGHT``
+    (its decider is deleting it). Every other job is polled: undecided, or a decided stop
+    an observer may have to carry out (``undone``). Saves a Kubernetes round trip's polls
+    (API requests) after the runner's decision."""
+    if outcome is None or not getattr(backend, "decided_by_storage", False):
+        return True
+    return outcome.get("by") != BY_RUNNER and _stop_overdue(outcome, now)
+
+
+def _stop_overdue(outcome: dict[str, Any], now: float) -> bool:
+    """A stop decided more than ``STOP_IN_FLIGHT`` ago (or at an unknown time)."""
+    at = outcome.get("at")
+    return not isinstance(at, int | float) or now - at >= STOP_IN_FLIGHT
 
 
 def undone(outcome: dict[str, Any] | None, b: BackendState, now: float) -> bool:
@@ -223,8 +252,7 @@ def undone(outcome: dict[str, Any] | None, b: BackendState, now: float) -> bool:
         return False
     if b.reason == Reason.TERMINATING:
         return False
-    at = outcome.get("at")
-    return not isinstance(at, int | float) or now - at >= STOP_IN_FLIGHT
+    return _stop_overdue(outcome, now)
 
 
 def carry_out(
@@ -251,11 +279,19 @@ def carry_out(
         )
 
 
-def _observe(ref: JobRef, b: BackendState, backend: Backend, now: float) -> _Seen:
-    """The job's outcome, and the evidence storage holds once the backend runs it no more."""
+def _observe(
+    ref: JobRef, b: BackendState, backend: Backend, now: float, outcome: dict[str, Any] | None
+) -> _Seen:
+    """The job's outcome, and the evidence storage holds once the backend runs it no more.
+    ``outcome`` was read before the poll: while the backend still runs the job, an
+    outcome written since changes nothing a later read will not show (the job reads
+    running a moment longer); once it does not, storage is read again, after the poll."""
     storage = open_storage(ref.storage)
-    seen = _Seen(ref, storage, b, now, read_outcome(storage, ref.job_id))
+    seen = _Seen(ref, storage, b, now, outcome)
     if seen.outcome is not None or b.phase in ("pending", "running"):
+        return seen
+    seen.outcome = read_outcome(storage, ref.job_id)
+    if seen.outcome is not None:
         return seen
     seen.evidence = ev = read_evidence(storage, ref.job_id)
     if b.phase == "not_found" and ev.launched and not (ev.finished or ev.stop):
@@ -263,7 +299,7 @@ def _observe(ref: JobRef, b: BackendState, backend: Backend, now: float) -> _See
         # backend took the job, so a poll made now sees it unless it was deleted.
         again = backend.poll([ref.job_id]).get(ref.job_id, b)
         if again.phase != "not_found":
-            return _observe(ref, again, backend, time.time())
+            return _observe(ref, again, backend, time.time(), None)
     return seen
 
 

@@ -25,8 +25,10 @@ import pytest
 
 import kinetic_core as kc
 from kinetic_core.backends import get_backend
+from kinetic_core.batch import driver as driver_module
+from kinetic_core.batch import entry
 from kinetic_core.batch.driver import drive_batch
-from kinetic_core.batch.manifest import child_job_id
+from kinetic_core.batch.manifest import BatchRecords, child_job_id, read_manifest
 from kinetic_core.records.envelope import read_summary
 from kinetic_core.storage import open_storage
 from tests.cleanup import kill_leftovers
@@ -690,6 +692,52 @@ def test_a_ticket_whose_launcher_died_is_launched_by_another_driver(store: Store
     assert batch.results(cleanup=False, timeout=90) == [0, 1]
     assert [t["index"] for t in ledger(store, batch.group_id)] == [0, 1]
     assert len(store.job_ids()) == 2
+
+
+class _Killed(BaseException):
+    """A driver killed in the middle of a step's launches (what SIGKILL leaves behind)."""
+
+
+@pytest.mark.timeout(120)
+def test_a_driver_killed_among_its_concurrent_launches_leaves_each_child_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step takes its tickets in sequence, then launches them together: a driver killed
+    among those launches leaves tickets launched and tickets not; the next driver's steps
+    launch the rest, and each child runs once, as attempt 1 (issue 37)."""
+    monkeypatch.setattr(entry, "start_driver", lambda *_: None)  # this test drives it
+    slots = store.path("slots")
+    os.mkdir(slots)
+    batch = kc.submit_map(
+        h.slotted, [(i, slots, 0.1) for i in range(6)], target=store.target, max_concurrency=6
+    )
+    launch = driver_module.launch_staged
+    calls: list[str] = []
+
+    def dies_after_two(handle: Any, **kw: Any) -> None:
+        calls.append(handle.job_id)
+        if len(calls) > 2:
+            raise _Killed
+        launch(handle, **kw)
+
+    first = driver_module.Driver(
+        BatchRecords(read_manifest(open_storage(store.uri), batch.group_id), None)
+    )
+    monkeypatch.setattr(driver_module, "launch_staged", dies_after_two)
+    with pytest.raises(_Killed):
+        first.step()
+    monkeypatch.setattr(driver_module, "launch_staged", launch)
+    assert len(ledger(store, batch.group_id)) == 6  # every ticket taken, 2 launched
+    assert len(store.job_ids()) == 2
+
+    records = BatchRecords(read_manifest(open_storage(store.uri), batch.group_id), None)
+    second = driver_module.Driver(records)
+    wait_until(lambda: second.step().done, 90, "the next driver to finish the batch")
+    assert batch.results(cleanup=False, timeout=30) == list(range(6))
+    assert sorted(v for v, _ in h.runs(slots)) == list(range(6)), "a child ran twice"
+    assert sorted((t["index"], t["attempt"]) for t in ledger(store, batch.group_id)) == [
+        (i, 1) for i in range(6)
+    ]
 
 
 @pytest.mark.timeout(180)

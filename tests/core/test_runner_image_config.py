@@ -129,3 +129,24 @@ def test_requirements_from_the_environment() -> None:
     env = {"KINETIC_REQUIREMENTS": "six, tabulate"}
     assert kc.Target().resolve(environ=env).requirements == ["six", "tabulate"]
     assert kc.Target.from_json(kc.Target(requirements=["six"]).to_json()).requirements == ["six"]
+
+
+def test_the_server_read_once_follows_a_kubeconfig_rewritten_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server is remembered per set of credentials (issue 37: the kubeconfig was
+    parsed twice per submit); a kubeconfig file rewritten to name another server, or
+    another file in KUBECONFIG, is read again."""
+    from kinetic_core.backends.kubernetes import image
+
+    local = _kubeconfig(tmp_path, "https://127.0.0.1:6443")
+    remote = _kubeconfig(tmp_path, "https://203.0.113.10")
+    target = kc.Target(backend="kubernetes", kubeconfig=local)
+    assert image.api_server(target) == "https://127.0.0.1:6443"
+    assert image.api_server(target) == "https://127.0.0.1:6443"  # remembered
+    Path(local).write_text(Path(remote).read_text() + " ")  # another server, in place
+    assert image.api_server(target) == "https://203.0.113.10"
+    monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path, "https://localhost:8443"))
+    assert image.api_server(kc.Target(backend="kubernetes")) == "https://localhost:8443"
+    monkeypatch.setenv("KUBECONFIG", remote)
+    assert image.api_server(kc.Target(backend="kubernetes")) == "https://203.0.113.10"

@@ -20,6 +20,7 @@ from kinetic_core.backends.kubernetes import (
     job_name,
     job_state,
 )
+from kinetic_core.backends.kubernetes import watch as kube_watch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_fns
@@ -228,7 +229,7 @@ def test_reasons_from_pod_status_written_through_the_api(kube: kc.Target) -> Non
     assert reasons["evicted"][:2] == (kc.JobStatus.FAILED, "Preempted")
 
 
-def _patch_status(backend: KubernetesBackend, pod: str, status: dict[str, Any]) -> None:
+def _patch_status(backend: KubernetesBackend, pod: str, status: dict[str, Any]) -> dict[str, Any]:
     params = backend.client.api.param_serialize(
         method="PATCH",
         resource_path=backend.client.ns("pods", pod) + "/status",
@@ -241,6 +242,18 @@ def _patch_status(backend: KubernetesBackend, pod: str, status: dict[str, Any]) 
     )
     response = backend.client.api.call_api(*params)
     assert response.status < 300, response.read()
+    return dict(json.loads(response.read()))
+
+
+def _patch_status_seen(backend: KubernetesBackend, pod: str, status: dict[str, Any]) -> None:
+    """``_patch_status``, told to the process's watch as kinetic's own writes are: its next
+    poll reads the pod from a cache only once that has the patch's event (without it a
+    poll right after the patch may read the cache from just before it)."""
+    patched = _patch_status(backend, pod, status)
+    watch = kube_watch.namespace_watch(backend.client, create=False)
+    if watch is not None:
+        rv = kube_watch.revision(patched["metadata"]["resourceVersion"])
+        watch.wrote(patched["metadata"]["labels"]["kinetic/job-id"], rv, ("pods",))
 
 
 def test_bulk_poll_is_one_list_per_namespace_for_100_jobs(

@@ -25,7 +25,7 @@ from kinetic_core.backends.kubernetes import client as kube_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_fns
-from test_backend import _backend, _list, _patch_status, _pods
+from test_backend import _backend, _list, _patch_status_seen, _pods
 from test_recovery import _disrupt
 from test_reliability import NOWHERE, RUNNING_POD, _pod_of, _until
 
@@ -183,7 +183,7 @@ def test_history_is_monotone_whatever_the_clocks_say(kube: kc.Target) -> None:
     running["containerStatuses"][0]["state"]["running"]["startedAt"] = time.strftime(
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)
     )
-    _patch_status(backend, pod["metadata"]["name"], running)
+    _patch_status_seen(backend, pod["metadata"]["name"], running)
     assert job.state().status is kc.JobStatus.RUNNING
     history = job.history()
     assert [t.status for t in history] == [kc.JobStatus.PENDING, kc.JobStatus.RUNNING]

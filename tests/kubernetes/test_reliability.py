@@ -28,7 +28,7 @@ from kinetic_core.util.ids import keyed_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_fns
-from test_backend import _backend, _get, _patch_status, _pods
+from test_backend import _backend, _get, _patch_status_seen, _pods
 
 NOWHERE = {"node_selector": {"kubernetes.io/hostname": "nowhere"}}
 
@@ -76,7 +76,7 @@ def test_finished_in_storage_beats_a_pod_stuck_running(kube: kc.Target) -> None:
     backend = _backend(kube)
     job = kc.submit(k8s_fns.square, (6,), target=kube.merge(NOWHERE))
     pod = _pod_of(backend, job.job_id)
-    _patch_status(backend, pod["metadata"]["name"], RUNNING_POD)
+    _patch_status_seen(backend, pod["metadata"]["name"], RUNNING_POD)
     assert job.state().status is kc.JobStatus.RUNNING
     # The runner runs to the end (here, outside any pod), but nobody tells the API.
     subprocess.run(

@@ -37,6 +37,7 @@ from kinetic_core.backends.kubernetes.states import job_state, pod_not_ready
 from kinetic_core.backends.kubernetes.watch import (
     KindView,
     NamespaceWatch,
+    counts_agree,
     instant,
     job_of,
     namespace_watch,
@@ -84,6 +85,26 @@ def _job_id(obj: dict[str, Any]) -> str:
     return job_of(obj) or ""
 
 
+def _needed(views: list[KindView], torn: list[str]) -> int:
+    """The resourceVersion the lagging caches must reach for the ``torn`` jobs to be held
+    at one instant: their newest change in any cache. (Not the newest cache's position:
+    in a wave of job ends other jobs' events keep moving that on, and each wait sat out
+    the whole ``TORN_WAIT`` although the job's own streams met in ~12 ms: issue 37.)"""
+    return max((view.jobs[i].since for view in views for i in torn if i in view.jobs), default=0)
+
+
+def _reads_secret(job: dict[str, Any], name: str) -> bool:
+    """Whether a Job's (or JobSet's) pods read the Secret ``name``: only a job with a
+    signing key has one (its runner's ``KINETIC_SIGNING_KEY`` comes from it)."""
+    spec = (job.get("spec") or {}).get("template", {}).get("spec") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    return any(
+        ((env.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name") == name
+        for container in containers
+        for env in container.get("env") or []
+    )
+
+
 def _plain_ids(jobs: Iterable[dict[str, Any]]) -> set[str]:
     """The job ids whose (first) Job in ``jobs`` is a plain Job, not a JobSet's child."""
     first: dict[str, dict[str, Any]] = {}
@@ -107,6 +128,10 @@ class _JobAbsent(Exception):
 
 class KubernetesBackend:
     """Backend for any Kubernetes; ``gke`` is this backend with GKE's accelerator labels."""
+
+    #: A job its runner decided reads terminal from storage without a poll: the pod ends
+    #: on its own (resolution's ``needs_backend``).
+    decided_by_storage = True
 
     def __init__(self, target: Target) -> None:
         self.name = target.backend or "kubernetes"
@@ -218,10 +243,14 @@ class KubernetesBackend:
     def launch(self, spec: LaunchSpec) -> None:
         """Create the Job (idempotent: an existing Job for this id counts as launched; its
         Secret is created again if someone deleted it)."""
+        at: int | None = None
+        kind = "jobs"
         try:
-            self.create_job(spec)
+            created = self.create_job(spec)
+            at = revision((created.get("metadata") or {}).get("resourceVersion"))
+            kind = "jobsets" if created.get("kind") == "JobSet" else "jobs"
         finally:
-            self._wrote(spec.job_id)
+            self._wrote(spec.job_id, at, (kind,))
 
     def create_job(self, spec: LaunchSpec, *, dry_run: bool = False) -> dict[str, Any]:
         """Create (or with ``dry_run`` server-side validate) the Job; returns what the API says.
@@ -382,17 +411,19 @@ class KubernetesBackend:
         job. None: the caches cannot answer, or the server would not LIST at a version:
         LIST it all."""
         deadline = time.monotonic() + kube_watch.TORN_WAIT
+        for kind, rv in watch.unseen_writes(ids).items():  # our own write's event is near
+            watch.catch_up([kind], rv, deadline - time.monotonic())
         while True:
             read = self._cached(watch, ids)
             if read is None:
                 return None
             views, torn, absent, asks_sets = read
             left = deadline - time.monotonic()
-            at = max(view.at for view in views)
-            behind = [view.kind for view in views if view.at < at]
+            need = _needed(views, torn)
+            behind = [view.kind for view in views if view.at < need]
             if not torn or not behind or left <= 0:
                 break
-            if not watch.catch_up(behind, at, left) and time.monotonic() < deadline:
+            if not watch.catch_up(behind, need, left) and time.monotonic() < deadline:
                 break  # a cache stopped answering: read what is torn now by LIST
         found: dict[str, list[dict[str, Any]]] = {"jobs": [], "pods": [], "jobsets": []}
         apart = {*torn, *absent}
@@ -440,7 +471,7 @@ class KubernetesBackend:
                     torn.append(i)
                     continue
                 held.append(sets.jobs[i])
-            if instant(held) is None:
+            if instant(held) is None and (i in others or not counts_agree(*held[:2])):
                 torn.append(i)
         return views, torn, absent, asks_sets
 
@@ -480,12 +511,13 @@ class KubernetesBackend:
                     by_id.setdefault(_job_id(obj), []).append(obj)
                 watch.confirm(view, at, by_id)
 
-    def _wrote(self, job_id: str) -> None:
-        """This process wrote the job's objects: its polls read them from the server until
-        the watch has had time to see the write."""
+    def _wrote(self, job_id: str, rv: int | None, kinds: tuple[str, ...]) -> None:
+        """This process wrote the job's ``kinds`` at ``rv``: its polls read them from a
+        cache once that stands there (``NamespaceWatch.wrote``; None: from the server for
+        a moment)."""
         watch = namespace_watch(self.client, create=False)
         if watch is not None:
-            watch.wrote(job_id)
+            watch.wrote(job_id, rv, kinds)
 
     def _list(self, plural: str, ids: list[str], at: int | None = None) -> list[dict[str, Any]]:
         """``plural`` objects labelled with one of ``ids``, in chunks of ``POLL_CHUNK``;
@@ -624,29 +656,36 @@ class KubernetesBackend:
         return self._job_log(job_id, worker).complete()
 
     # ---- stop ---------------------------------------------------------------------------
-    def _stop_requests(self, job_id: str) -> list[tuple[str, str, dict[str, Any]]]:
-        """What stopping a job deletes: its JobSet where JobSet is served (foreground: its
-        Jobs, their pods and its Service go first), its Job, the JobSet's child Jobs that
-        exist (an orphaning delete of the JobSet leaves them, and each would replace the
-        worker pod deleted next), every pod carrying its label (also pods an orphaning
-        deletion left without a Job), its Secret. Jobs go before pods: a Job being deleted
-        makes no new pod."""
+    def _stop(self, job_id: str, query: dict[str, Any] | None = None) -> int | None:
+        """Delete what the job has (``query``: e.g. a server-side dry run): its Job
+        (foreground: its pods go first); where no plain Job was there (a multi-host or
+        queued job, or one already gone) its JobSet where JobSet is served and the
+        JobSet's child Jobs that exist (an orphaning delete of the JobSet leaves them, and
+        each would replace the worker pod deleted next); then every pod carrying its label
+        (also pods an orphaning deletion left without a Job); its Secret unless the Job
+        deleted showed none (the Secret exists only for a job with a signing key, whose
+        pod reads it). Jobs go before pods: a Job being deleted makes no new pod. A plain
+        Job's id names one execution, so a job that had one has no JobSet: deleting one
+        that cannot exist cost a request per cleanup (issue 37). Returns the newest
+        resourceVersion the answers carried (what a poll must see to read the deletes)."""
+        extra = query or {}
         name = job_name(job_id)
-        selector = f"app=kinetic,kinetic/job-id={job_id}"
-        foreground = {"propagationPolicy": "Foreground"}
-        serves = self.client.serves(js.GROUP, js.VERSION)
-        jobset = [(f"JobSet {name}", self.client.ns("jobsets", name), foreground)] if serves else []
-        children = [
-            (f"Job {child}", self.client.ns("jobs", child), foreground)
-            for child in (self._child_jobs(job_id) if serves else [])
-        ]
-        return [
-            *jobset,
-            (f"Job {name}", self.client.ns("jobs", name), foreground),
-            *children,
-            (f"pods of job {job_id}", self.client.ns("pods"), {"labelSelector": selector}),
-            (f"Secret {name}", self.client.ns("secrets", name), {}),
-        ]
+        foreground = {"propagationPolicy": "Foreground", **extra}
+        job = self._delete(f"Job {name}", self.client.ns("jobs", name), foreground)
+        answers = [job]
+        if job is None and self.client.serves(js.GROUP, js.VERSION):
+            path = self.client.ns("jobsets", name)
+            answers.append(self._delete(f"JobSet {name}", path, foreground))
+            for child in self._child_jobs(job_id):
+                path = self.client.ns("jobs", child)
+                answers.append(self._delete(f"Job {child}", path, foreground))
+        selector = {"labelSelector": f"app=kinetic,kinetic/job-id={job_id}", **extra}
+        answers.append(self._delete(f"pods of job {job_id}", self.client.ns("pods"), selector))
+        if job is None or _reads_secret(job, name):
+            answers.append(self._delete(f"Secret {name}", self.client.ns("secrets", name), extra))
+        objects = [o for a in answers if a for o in (a, *(a.get("items") or []))]
+        versions = [revision((o.get("metadata") or {}).get("resourceVersion")) for o in objects]
+        return max((v for v in versions if v is not None), default=None)
 
     def _child_jobs(self, job_id: str) -> list[str]:
         """The names of the job's JobSet child Jobs (``<jobset>-workers-<i>``) that exist."""
@@ -660,23 +699,25 @@ class KubernetesBackend:
         """Raise ``PermissionDenied`` when ``cancel`` would be refused: each delete is sent
         as a server-side dry run (authorization and admission, nothing deleted), so a
         cancel is recorded only when the backend will take it."""
-        for what, path, query in self._stop_requests(job_id):
-            self._delete(what, path, {**query, "dryRun": "All"})
+        self._stop(job_id, {"dryRun": "All"})
 
     def cancel(self, job_id: str) -> None:
-        """Delete the JobSet and the Jobs (foreground), every pod of the job by label, and
-        its Secret (``_stop_requests``); absent is fine."""
+        """Delete the job's Job (or JobSet and its Jobs), every pod of the job by label, and
+        its Secret (``_stop``); absent is fine."""
+        at: int | None = None
         try:
-            for what, path, query in self._stop_requests(job_id):
-                self._delete(what, path, query)
+            at = self._stop(job_id)
         finally:
-            self._wrote(job_id)
+            self._wrote(job_id, at, ("jobs", "pods", "jobsets"))
 
-    def _delete(self, what: str, path: str, query: dict[str, Any]) -> None:
+    def _delete(self, what: str, path: str, query: dict[str, Any]) -> dict[str, Any] | None:
+        """The DELETE's answer (the object, or the list deleted), None when absent."""
         try:
-            self.client.call("DELETE", path, query=query or None, what=f"delete {what}")
+            answer = self.client.call("DELETE", path, query=query or None, what=f"delete {what}")
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
+            return None
+        return answer if isinstance(answer, dict) else {}
 
     delete = cancel

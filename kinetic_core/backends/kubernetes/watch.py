@@ -19,8 +19,12 @@ or slept on for ``IDLE_AFTER`` stops; the next poll starts it again.
 
 The cache holds the same objects a label-selected LIST returns (ordered by name, as
 the server lists them), so the states computed from them are the same functions of the
-same inputs. For a job this process just wrote (launch, cancel), polls LIST for
-``FRESH_AFTER_WRITE`` seconds: the write's own events may not have arrived yet.
+same inputs. A job this process just wrote (launch, cancel) is read
+from a cache only once that cache stands at the write's resourceVersion (its own event has
+arrived: a poll first waits for it, up to ``TORN_WAIT``, since it comes within
+milliseconds); a write whose version is unknown makes its polls LIST for
+``FRESH_AFTER_WRITE`` seconds. (Before issue 37 every poll LISTed for those 2 s: 20-24
+LISTs per round trip.)
 
 One instant per job. A job's state combines kinds (its Job and its pods; a JobSet) whose
 events arrive on separate streams, so the caches can stand at different points of the
@@ -33,7 +37,9 @@ answered from the caches only at an instant where every kind it needs holds (``i
 a job with none (its kinds "torn") first waits up to ``TORN_WAIT`` for the lagging caches to
 reach the newest one (``catch_up``: while jobs end, the other stream's next event or a
 bookmark comes soon; ``Backend.poll`` takes no deadline, so this bound is the whole cost of
-the wait); one still torn is read by LIST at the newest cache's resourceVersion
+the wait), unless its Job counts exactly the pods the pods cache holds (``counts_agree``:
+then the pair is one the server shows, whatever the streams' positions); one still torn is
+read by LIST at the newest cache's resourceVersion
 (``resourceVersionMatch=Exact``) for the kinds behind it, so every answer is what one
 LIST at one instant would give. Where such a LIST shows what a lagging cache holds, the
 cache is ``confirm``-ed at that instant: the next poll answers from it, and a quiet stream
@@ -73,7 +79,7 @@ JOB_LABEL = "kinetic/job-id"
 WATCH_SECONDS = 60  # the server ends each watch request after this: idle/relist checked then
 RELIST_EVERY = 300.0  # the safety net: a full relist this often, whatever the events said
 IDLE_AFTER = 120.0  # no poll of the namespace for this long: its watches stop
-FRESH_AFTER_WRITE = 2.0  # a job this process wrote is LISTed this long after the write
+FRESH_AFTER_WRITE = 2.0  # a write's own events are waited for this long at most
 #: A poll that finds jobs torn first waits up to this long (seconds) for the lagging caches
 #: to reach the newest one (``NamespaceWatch.catch_up``); only the jobs still torn then are
 #: read by LIST. Each completion writes its pod, then its Job: while completions come in,
@@ -129,6 +135,43 @@ def instant(held: Sequence[Held]) -> int | None:
     return max((rv for rv in candidates if all(h.holds_at(rv) for h in held)), default=None)
 
 
+def counts_agree(job: Held, pods: Held) -> bool:
+    """Whether a plain Job, as its cache holds it, counts exactly the pods the pods cache
+    holds of it (active: neither ended nor being deleted; succeeded; failed), as the Job
+    controller counts them. Such a pair is what the server shows at some instant whatever
+    the streams' positions: the Job controller writes the Job when a count changes, so a
+    stream behind the other has nothing of this job on its way that changes the answer.
+    A torn job whose caches agree is answered from them: no ``TORN_WAIT``, no LIST (in a
+    wave of job ends most torn jobs were such pairs, each waiting 200 ms: issue 37). Only
+    a pair that disagrees (the Job failed while its failed pod is not in the pods cache:
+    read alone, that reads Preempted) is waited for and read at one instant."""
+    if len(job.objects) != 1:
+        return False
+    status = job.objects[0].get("status") or {}
+    phases = [(p.get("status") or {}).get("phase") for p in pods.objects]
+    active = sum(
+        1
+        for p, phase in zip(pods.objects, phases, strict=True)
+        if phase not in ("Succeeded", "Failed") and not p["metadata"].get("deletionTimestamp")
+    )
+    counted = (status.get("active") or 0, status.get("succeeded") or 0, status.get("failed") or 0)
+    return counted == (active, phases.count("Succeeded"), phases.count("Failed"))
+
+
+@dataclass(frozen=True)
+class Write:
+    """One write of a job by this process: when (monotonic), at which resourceVersion
+    (None: unknown) and which kinds it wrote."""
+
+    at: float
+    rv: int | None
+    kinds: frozenset[str]
+
+    def hides(self, kind: str, cache_at: int) -> bool:
+        """Whether a ``kind`` cache standing at ``cache_at`` may not show this write yet."""
+        return self.rv is None or (kind in self.kinds and cache_at < self.rv)
+
+
 @dataclass(frozen=True)
 class KindView:
     """One kind's cache as a poll sees it: where it stands (``at``) and what it holds of
@@ -171,7 +214,9 @@ class NamespaceWatch:
         self.kinds: dict[str, KindWatch] = {}
         self.seq = 0  # bumped by every change of a cached object
         self.changed: dict[str, int] = {}  # job id -> seq of its last change
-        self.written: dict[str, float] = {}  # job id -> when this process last wrote it
+        # job id -> this process's last write of it: when, at which resourceVersion (None:
+        # unknown), and the kinds it wrote.
+        self.written: dict[str, Write] = {}
         self.used = time.monotonic()
         self.wakeups = 0  # sleeps a watch event cut short
         self.catch_ups = self.caught_up = 0  # polls that waited for lagging caches; of
@@ -193,10 +238,27 @@ class NamespaceWatch:
         with self.cond:
             self.listeners.update(listeners)
 
-    def wrote(self, job_id: str) -> None:
-        """This process wrote the job's objects: read it from the server for a moment."""
+    def wrote(self, job_id: str, rv: int | None = None, kinds: Iterable[str] = ()) -> None:
+        """This process wrote the job's ``kinds`` at ``rv``: their caches answer for it once
+        they stand there; an unknown ``rv``: it is read from the server for a moment."""
         with self.cond:
-            self.written[job_id] = time.monotonic()
+            self.written[job_id] = Write(time.monotonic(), rv, frozenset(kinds))
+
+    def unseen_writes(self, ids: Iterable[str]) -> dict[str, int]:
+        """The kinds whose cache has not reached this process's recent writes of ``ids``
+        yet: kind -> the newest such write's resourceVersion."""
+        now = time.monotonic()
+        behind: dict[str, int] = {}
+        with self.cond:
+            for job in ids:
+                write = self.written.get(job)
+                if write is None or write.rv is None or now - write.at >= FRESH_AFTER_WRITE:
+                    continue
+                for kind in write.kinds:
+                    cache = self.kinds.get(kind)
+                    if cache is not None and cache.at is not None and cache.at < write.rv:
+                        behind[kind] = max(behind.get(kind, 0), write.rv)
+        return behind
 
     def view(self, kind: str, ids: Iterable[str]) -> KindView | None:
         """What the ``kind`` cache holds of ``ids`` and since when (``Held``), or None when
@@ -209,8 +271,8 @@ class NamespaceWatch:
             watch = self._started(kind)
             if not watch.synced or watch.disabled or watch.at is None:
                 return None
-            self.written = {j: t for j, t in self.written.items() if now - t < FRESH_AFTER_WRITE}
-            if wanted & self.written.keys():
+            self.written = {j: w for j, w in self.written.items() if now - w.at < FRESH_AFTER_WRITE}
+            if any(self.written[j].hides(kind, watch.at) for j in wanted & self.written.keys()):
                 return None
             found: dict[str, list[dict[str, Any]]] = {j: [] for j in wanted}
             for obj in watch.objects.values():
@@ -579,6 +641,8 @@ __all__ = [
     "KindView",
     "KindWatch",
     "NamespaceWatch",
+    "Write",
+    "counts_agree",
     "enabled",
     "instant",
     "job_of",
