@@ -166,6 +166,8 @@ def test_a_multi_host_job_signals_one_worker_or_another(
         until(lambda: signalfns.ready(str(marks)) == 4, "every worker's handler")
         req = job.send_signal("SIGUSR1", worker=2, wait=True, timeout=60)
         assert [(a.worker, a.delivered) for a in req.acks] == [(2, True)], req
+        # delivered: the handler runs on the main thread's next bytecode, after the ack
+        until(lambda: marks.exists() and marks.read_text().strip(), "worker 2's handler")
         assert len(marks.read_text().splitlines()) == 1  # worker 2's function only
         for k in (0, 1, 3):
             assert job.send_signal("USR1", worker=k, wait=True, timeout=60).delivered

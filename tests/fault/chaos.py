@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import kinetic_core as kc
+from kinetic_core.backends.local import zygote as zygote_module
 from kinetic_core.util.ids import keyed_id
 from kinetic_core.util.procs import process_alive, wait_exit
 from tests.fault import chaosfns
@@ -289,8 +290,9 @@ class Chaos:
             self.tally.fail("leftovers", f"staging file {name}")
         for aborted in (self.store / "backend-local").glob(".aborted-*"):
             self.tally.fail("leftovers", f"aborted launch directory {aborted.name}")
-        for pid in zombie_children():
-            self.tally.fail("leftovers", f"zombie child {pid}")
+        zygote_module.reap()  # zygotes of ours that exited: the next launch would reap them
+        for pid, name in zombie_children():
+            self.tally.fail("leftovers", f"zombie child {pid} ({name})")
         zygote = self._zygote_pid()
         if zygote:
             spare = spare_of(zygote)
@@ -362,18 +364,20 @@ def job_processes(store: Path) -> dict[str, list[int]]:
     return found
 
 
-def zombie_children() -> list[int]:
+def zombie_children() -> list[tuple[int, str]]:
+    """This process's exited, unreaped children: (pid, command name)."""
     me = str(os.getpid())
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
+        fields = stat.rsplit(")", 1)[1].split()
         if fields[1] == me and fields[0] == "Z":
-            found.append(int(entry))
+            found.append((int(entry), stat.split("(", 1)[1].rsplit(")", 1)[0]))
     return found
 
 

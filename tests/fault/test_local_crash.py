@@ -3,6 +3,7 @@ used to break "one job id, one execution, a true state, a working cancel"."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -221,7 +222,9 @@ def test_forged_launch_record_cannot_signal_another_process(
     finally:
         victim.kill()
         victim.wait()
-        os.killpg(real["pid"], signal.SIGKILL)
+        # the job itself reads its recorded cancel and stops (runtime/decided_stop.py)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(real["pid"], signal.SIGKILL)
 
 
 # ---- 9. logs outlive the backend's records ----------------------------------------------------

@@ -84,12 +84,20 @@ def as_a_unit(marker: str, seconds: float) -> int:
     to fail); a later one returns at once. Worker 0 returns how many attempts ran."""
     import kinetic_core as kc
 
-    me, job = kc.worker().index, os.environ.get("SLURM_JOB_ID", "?")
+    me, job = kc.worker(), os.environ.get("SLURM_JOB_ID", "?")
     with open(marker) if os.path.exists(marker) else open(os.devnull) as fh:
         earlier = {line.split()[0] for line in fh.read().splitlines()} - {job}
     left = sum(len(alive_in(j)) for j in earlier)
     with open(marker, "a") as fh:
-        fh.write(f"{job} {me} {left}\n")
+        fh.write(f"{job} {me.index} {left}\n")
     if not earlier:
         time.sleep(seconds)
+    # every worker of this attempt has written its line before the job can end (worker 0's
+    # return decides it, and the cleanup that follows stops what still runs)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with open(marker) as fh:
+            if sum(line.split()[0] == job for line in fh) >= me.count:
+                break
+        time.sleep(0.05)
     return len(earlier) + 1

@@ -30,6 +30,19 @@ def test_the_job_runs_as_a_slurm_job_named_after_its_id(
     assert f"worker 0 of 1 on {seen['SLURMD_NODENAME']}" in handle.logs()
 
 
+def test_result_leaves_a_job_that_ran_to_its_end_completed_in_slurm(
+    slurm_target: kc.Target, slurm_cluster: SlurmCluster
+) -> None:
+    """``result()`` cleans up while the batch job is still exiting: the cleanup lets it end by
+    itself (it was cancelled: Slurm's records said CANCELLED although the function succeeded,
+    and the wait for scancel's confirmation cost seconds), and nothing of it is left."""
+    handle = kc.submit(slurm_fns.add, (2, 3), target=slurm_target)
+    assert handle.result(timeout=120) == 5
+    name = f"--name=kinetic-{handle.job_id}"
+    assert slurm_cluster.run("squeue", "-h", "-t", "all", name, "-o", "%T").split() == ["COMPLETED"]
+    assert slurm_cluster.run("squeue", "-h", name, "-o", "%i").split() == []
+
+
 @pytest.mark.parametrize(
     ("option", "word"),
     [

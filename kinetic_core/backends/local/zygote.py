@@ -92,7 +92,7 @@ def launch(
     path = socket_path() if enabled() else None
     if path is None:
         return None
-    _zygotes[:] = [z for z in _zygotes if z.poll() is None]
+    reap()
     request = json.dumps({"argv": argv, "env": env, "cwd": cwd, "log": log_path}).encode() + b"\n"
     for first_try in (True, False):
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -111,6 +111,12 @@ def launch(
             raise
         return conn
     return None
+
+
+def reap() -> None:
+    """Reap the zygotes this process started that have exited (killed, idle, or "busy":
+    another one held the socket); each launch does it first."""
+    _zygotes[:] = [z for z in _zygotes if z.poll() is None]
 
 
 def _start(path: str) -> bool:

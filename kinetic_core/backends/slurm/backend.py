@@ -31,7 +31,7 @@ from kinetic_core.backends.slurm.kind import NAME_PREFIX, default_slurm_dir, job
 from kinetic_core.backends.slurm.script import WORKER_LOG, batch_script, sbatch_argv
 from kinetic_core.backends.slurm.states import ENDED, job_state
 from kinetic_core.config.target import DEFAULT_LOST_GRACE, Target
-from kinetic_core.errors import BackendError, SubmissionError
+from kinetic_core.errors import BackendError, SubmissionError, WaitTimeout
 from kinetic_core.records import log_chunks
 from kinetic_core.records.layout import STARTED, job_file
 from kinetic_core.records.lifecycle import BY_RUNNER, read_outcome, workers_left
@@ -41,6 +41,7 @@ from kinetic_core.storage import Storage, open_storage
 from kinetic_core.util import signing
 from kinetic_core.util.ids import validate_id
 from kinetic_core.util.retrying import transient_retry
+from kinetic_core.util.waits import ticks
 
 LOCK = "launch.lock"
 LIVE = "PD,CF,R,S,CG"  # squeue's states of a job with (or about to have) processes
@@ -50,6 +51,8 @@ LOG_CHUNK = 1 << 20
 #: job leaves COMPLETING: Slurm's KillWait between SIGTERM and SIGKILL, then the nodes'
 #: reports); a job still ending after it is observed again later.
 CANCEL_WAIT = 45.0
+#: How long ``delete`` lets a job that ran to its end leave Slurm by itself (see there).
+EXIT_GRACE = 10.0
 #: Seconds within which a task Slurm cannot reach stops itself once the job's end is
 #: decided: the runner's storage tick, its kill grace, and room for a loaded node.
 SELF_STOP_S = signals.POLL_SECONDS + decided_stop.GRACE_SECONDS + 8.0
@@ -341,23 +344,36 @@ class SlurmBackend:
     def cancel(self, job_id: str) -> None:
         """``scancel`` every live job of the name (the whole job, every step), then wait
         (bounded) until Slurm confirms none of its processes is left."""
-        out = cli.run(["squeue", "-h", f"--name={job_name(job_id)}", "-o", "%i"])
-        ids = [line.strip() for line in out.splitlines() if line.strip()]
-        if not ids:
-            return
-        cli.run(["scancel", *ids])
-        deadline = time.monotonic() + CANCEL_WAIT
-        while time.monotonic() < deadline:
-            left = cli.run(["squeue", "-h", f"--name={job_name(job_id)}", "-t", LIVE, "-o", "%i"])
-            if not left.strip():
-                return
-            time.sleep(0.2)
+        ids = self._live_ids(job_id)
+        if ids:
+            cli.run(["scancel", *ids])
+            self._gone(job_id, CANCEL_WAIT)
 
     def delete(self, job_id: str) -> None:
-        """Cancel what still runs, then remove the job's folder (its log stays in storage)."""
-        self.cancel(job_id)
+        """Remove the job's folder (its log stays in storage) once nothing of it runs. A job
+        is deleted once decided, and one that ran to its end may still be exiting (its value
+        is stored before its batch script returns): it gets ``EXIT_GRACE`` to leave by itself
+        before what is left is cancelled, so Slurm's records say COMPLETED, not CANCELLED."""
+        if not self._gone(job_id, EXIT_GRACE):
+            self.cancel(job_id)
         self._missing.pop(job_id, None)
         shutil.rmtree(self._dir(job_id), ignore_errors=True)
+
+    def _live_ids(self, job_id: str) -> list[str]:
+        """Slurm ids of the name's jobs that have, or are about to have, processes."""
+        return cli.run(
+            ["squeue", "-h", f"--name={job_name(job_id)}", "-t", LIVE, "-o", "%i"]
+        ).split()
+
+    def _gone(self, job_id: str, timeout: float) -> bool:
+        """Wait (at most ``timeout``) until no job of the name is live; whether none is."""
+        try:
+            for _ in ticks(interval=0.2, timeout=timeout, describe=lambda: job_name(job_id)):
+                if not self._live_ids(job_id):
+                    return True
+        except WaitTimeout:
+            pass
+        return False
 
 
 def _stopping_itself(storage: Storage, job_id: str, outcome: dict[str, Any] | None) -> str | None:
