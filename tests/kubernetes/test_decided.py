@@ -20,6 +20,7 @@ import kinetic_core as kc
 from kinetic_core.backends.kubernetes import KubernetesBackend, job_name
 from kinetic_core.backends.kubernetes import client as kube_client
 from kinetic_core.config.kubeconfig import kubeconfig_reference
+from kinetic_core.runtime import signals, telemetry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_fns
@@ -124,8 +125,11 @@ def test_a_canceller_killed_after_recording_cancelled_is_carried_out(
     saw CANCELLED, ``cancel()`` returned False, and the pods ran on until a cleanup)."""
     backend = _backend(kube)
     runs = [tmp_path / "observed", tmp_path / "cancelled-again"]
+    # runners that do not read storage within the test (a runner reads its recorded cancel
+    # and stops itself: runtime/decided_stop.py); the observer and cancel() carry it out
+    deaf = dataclasses.replace(kube, env={signals.POLL_ENV: "3600", telemetry.SAMPLE_ENV: "3600"})
     observed, cancelled = (
-        kc.submit(k8s_fns.record_run, (str(path), 600), target=kube) for path in runs
+        kc.submit(k8s_fns.record_run, (str(path), 600), target=deaf) for path in runs
     )
     _until("both jobs to run", lambda: all(_lines(path) for path in runs))
     for job in (observed, cancelled):
