@@ -99,12 +99,9 @@ class Requests:
             into.append(self.counts - before)
 
 
-def bare_job(backend: KubernetesBackend, requests: Requests) -> float:
-    """POST a Job running ``python -c pass``, WATCH it to Complete: seconds; then DELETE."""
-    c = backend.client
-    name = f"bare-{uuid.uuid4().hex[:10]}"
-    labels = {"kinetic-bench": "roundtrip"}
-    job = {
+def bare_job_body(name: str, labels: dict[str, str], **pod: Any) -> dict[str, Any]:
+    """A Job running ``python -c pass`` once (``pod``: more pod spec fields)."""
+    return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "labels": labels},
@@ -114,6 +111,7 @@ def bare_job(backend: KubernetesBackend, requests: Requests) -> float:
                 "metadata": {"labels": labels},
                 "spec": {
                     "restartPolicy": "Never",
+                    **pod,
                     "containers": [
                         {"name": "main", "image": "python", "command": ["python", "-c", "pass"]}
                     ],
@@ -121,6 +119,14 @@ def bare_job(backend: KubernetesBackend, requests: Requests) -> float:
             },
         },
     }
+
+
+def bare_job(backend: KubernetesBackend, requests: Requests) -> float:
+    """POST a Job running ``python -c pass``, WATCH it to Complete: seconds; then DELETE."""
+    c = backend.client
+    name = f"bare-{uuid.uuid4().hex[:10]}"
+    labels = {"kinetic-bench": "roundtrip"}
+    job = bare_job_body(name, labels)
     began = time.perf_counter()
     created = c.call("POST", c.ns("jobs"), body=job)
     query = {

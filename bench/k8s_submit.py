@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "kubernetes")]
 
 from k8s_poll import bench_target, start_test_cluster  # noqa: E402
+from k8s_roundtrip import bare_job_body  # noqa: E402
 
 import kinetic_core as kc  # noqa: E402
 from kinetic_core.backends import get_backend  # noqa: E402
@@ -64,32 +65,8 @@ def bare(backend: KubernetesBackend, n: int, pending: bool = False) -> float:
     for _ in range(n):
         name = f"bare-{uuid.uuid4().hex[:10]}"
         labels = {BARE_LABEL: "1"}
-        c.call(
-            "POST",
-            c.ns("jobs"),
-            body={
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {"name": name, "labels": labels},
-                "spec": {
-                    "backoffLimit": 0,
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            **({"nodeSelector": NOWHERE} if pending else {}),
-                            "containers": [
-                                {
-                                    "name": "main",
-                                    "image": "python",
-                                    "command": ["python", "-c", "pass"],
-                                }
-                            ],
-                        },
-                    },
-                },
-            },
-        )
+        pod = {"nodeSelector": NOWHERE} if pending else {}
+        c.call("POST", c.ns("jobs"), body=bare_job_body(name, labels, **pod))
     return time.perf_counter() - began
 
 

@@ -6,7 +6,6 @@ cannot exist. Requests are counted at the client (what was sent), never timed.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +21,7 @@ from kinetic_core.control.polling import poll_ticks
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import k8s_fns
-
-
-@pytest.fixture(autouse=True)
-def fresh_watches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(kube_watch.ENV_SWITCH, raising=False)  # on by default
-    kube_watch.stop_all()
-    yield
-    kube_watch.stop_all()
+from test_watch import fresh_watches  # noqa: F401 (autouse: each test starts its own watches)
 
 
 @pytest.fixture
