@@ -150,11 +150,14 @@ def _wait_for(predicate: Callable[[], bool], what: str) -> None:
             return
 
 
-def _read_until(job_id: str, seen: list[kc.JobState], stop: threading.Event) -> None:
-    """Another reader: attaches anew and records every state it sees until told to stop."""
+def _read_until(job_id: str, seen: list[tuple[float, kc.JobState]], stop: threading.Event) -> None:
+    """Another reader: attaches anew and records every state it sees, with the moment its
+    read began (a read in flight as cancel() returns may still answer RUNNING), until told
+    to stop."""
     other = kc.attach(job_id)
     while not stop.is_set():
-        seen.append(other.state())
+        began = time.monotonic()
+        seen.append((began, other.state()))
 
 
 @pytest.mark.timeout(240)
@@ -169,7 +172,7 @@ def test_cancel_racing_real_jobs_that_finish_never_flips(storage_uri: str, tmp_p
         ready = tmp_path / f"ready-{trial}"
         job = kc.submit(jobfns.wait_for_file, (str(gate), trial, str(ready)))
         _wait_for(ready.exists, f"trial {trial}'s function to start")
-        seen: list[kc.JobState] = []
+        seen: list[tuple[float, kc.JobState]] = []
         stop = threading.Event()
 
         reader = threading.Thread(target=_read_until, args=(job.job_id, seen, stop))
@@ -177,18 +180,18 @@ def test_cancel_racing_real_jobs_that_finish_never_flips(storage_uri: str, tmp_p
         gate.write_text("go")  # the function returns about now
         time.sleep(0.0005 * (trial % 8))  # vary which of the two arrives first
         returned = job.cancel()
-        after = len(seen)
+        after = time.monotonic()
         final = job.wait(timeout=60)
         stop.set()
         reader.join()
-        seen.append(job.state())
+        seen.append((time.monotonic(), job.state()))
         outcomes.append((returned, final.status))
         assert final.status in (kc.JobStatus.CANCELLED, kc.JobStatus.SUCCEEDED), final
         assert returned == (final.status is kc.JobStatus.CANCELLED), (returned, final)
-        terminal = [s.status for s in seen if s.terminal]
+        terminal = [s.status for _, s in seen if s.terminal]
         assert set(terminal) <= {final.status}, f"trial {trial}: the state flipped: {terminal}"
-        if returned:
-            late = seen[after:]
+        if returned:  # every read begun once cancel() returned
+            late = [s for began, s in seen if began > after]
             assert all(s.status is kc.JobStatus.CANCELLED for s in late), [
                 (s.status, s.reason) for s in late
             ]
