@@ -32,7 +32,7 @@ from typing import Any
 from kinetic_core.records import layout
 from kinetic_core.records.lifecycle import BY_RUNNER, read_outcome, write_record
 from kinetic_core.storage import Storage
-from kinetic_core.util.procs import group_members, kill_group_members
+from kinetic_core.util.procs import group_members, kill_group_members, signal_all
 
 #: Seconds between the SIGTERM and the SIGKILL (the local supervisor's variable, default).
 GRACE_ENV = "KINETIC_KILL_GRACE"
@@ -93,8 +93,8 @@ def stop(why: str, ending: Callable[[], None]) -> None:
     me = os.getpid()
     leader = os.getpgrp() == me
     signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
-    for pid in group_members(me) if leader else []:
-        _signal(pid, signal.SIGTERM)
+    if leader:
+        signal_all(group_members(me), signal.SIGTERM)
     grace = float(os.environ.get(GRACE_ENV) or GRACE_SECONDS)
     timer = threading.Timer(grace, _kill, (leader, ending))
     timer.daemon = True  # it dies with the runner: a runner that ended needs no SIGKILL
@@ -108,10 +108,3 @@ def _kill(leader: bool, ending: Callable[[], None]) -> None:
         kill_group_members(os.getpid())
     os.kill(os.getpid(), signal.SIGKILL)
     os._exit(128 + signal.SIGKILL)  # a container's first process ignores its own SIGKILL
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

@@ -74,13 +74,16 @@ def group_members(pgid: int, *, leader_ticks: int | None = None) -> list[int]:
     return members
 
 
+def signal_all(pids: list[int], sig: int) -> None:
+    """Send ``sig`` to each of ``pids``; one that has ended already is skipped."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 def kill_group_members(pgid: int) -> None:
     """SIGKILL every other process of group ``pgid`` (the caller, a member, survives)."""
-    for pid in group_members(pgid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    signal_all(group_members(pgid), signal.SIGKILL)
 
 
 def reap_descendants() -> None:

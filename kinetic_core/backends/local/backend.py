@@ -41,7 +41,14 @@ from kinetic_core.storage import open_storage
 from kinetic_core.util import signing
 from kinetic_core.util.ids import validate_id
 from kinetic_core.util.ports import PortForward, PortSpec, already_local
-from kinetic_core.util.procs import group_members, process_alive, start_ticks, stdout_of, wait_exit
+from kinetic_core.util.procs import (
+    group_members,
+    process_alive,
+    signal_all,
+    start_ticks,
+    stdout_of,
+    wait_exit,
+)
 
 LOG_CHUNK = 1 << 20
 # Early wake-ups only for small watch sets (a single result() wait): a waiter on many jobs
@@ -112,20 +119,14 @@ def _stop_orphans(launch: dict[str, Any], log_path: Path) -> None:
     log = os.path.realpath(log_path)
     if not any(stdout_of(pid) in (log, f"{log} (deleted)") for pid in members):
         return
-    _signal_all(members, signal.SIGTERM)
+    signal_all(members, signal.SIGTERM)
     deadline = time.monotonic() + float(os.environ.get("KINETIC_KILL_GRACE", "5"))
     for pid in members:
         wait_exit(pid, max(0.0, deadline - time.monotonic()))
     left = group_members(group[0], leader_ticks=group[1])
-    _signal_all(left, signal.SIGKILL)
+    signal_all(left, signal.SIGKILL)
     for pid in left:
         wait_exit(pid, CANCEL_WAIT)
-
-
-def _signal_all(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
 
 
 def _read_chunk(fh: Any, offset: int) -> bytes:
