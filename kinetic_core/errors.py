@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # no `typing` at run time: a job's start path (runner.py)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 # This module is the bottom layer: it imports nothing from kinetic_core, so every other
 # module can raise these. Fields that hold a JobState or JobHandle are typed ``Any``.

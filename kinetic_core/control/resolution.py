@@ -31,7 +31,8 @@ from kinetic_core.config.target import DEFAULT_LOST_GRACE, Target
 from kinetic_core.control import recovery
 from kinetic_core.errors import KineticError
 from kinetic_core.records import history
-from kinetic_core.records.lifecycle import BY_RUNNER, Evidence, decide, read_evidence, read_outcome
+from kinetic_core.records.evidence import Evidence, read_evidence
+from kinetic_core.records.lifecycle import BY_RUNNER, decide, read_outcome
 from kinetic_core.states import JobRef, JobState, JobStatus, Reason, timestamp
 from kinetic_core.storage import Storage, open_storage
 

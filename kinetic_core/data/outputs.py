@@ -24,9 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import socket
-import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +84,8 @@ _WORKER_DIR = re.compile(rf"^{WORKER_FOLDER}\d+/")
 def local_root(job_id: str, worker: int = 0) -> str:
     """This machine's private folder for the job's outputs (``out/``) and sync state; one
     per worker (ids have no dots: ``{job_id}.worker-{k}`` is no other job's)."""
+    import tempfile  # here: most jobs' outputs live in file:// storage itself
+
     validate_id(job_id)
     base = os.path.join(tempfile.gettempdir(), f"kinetic-jobs-{os.getuid()}")
     os.makedirs(base, mode=0o700, exist_ok=True)
@@ -280,10 +279,12 @@ def finish(storage_uri: str, job_id: str, worker: int = 0, *, keep: bool = False
         if failed is not None:
             return (
                 f"the final sync of its outputs failed ({failed}); the files were kept on "
-                f"{socket.gethostname()} in {os.path.join(root, 'out')}: copy them from there, "
+                f"{os.uname().nodename} in {os.path.join(root, 'out')}: copy them from there, "
                 "or fix the output_dir's credentials or bucket and run the job again"
             )
         if not keep:
+            import shutil
+
             shutil.rmtree(root, ignore_errors=True)
     except Exception as exc:
         import sys

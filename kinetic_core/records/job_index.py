@@ -25,7 +25,6 @@ never list ``jobs/``: they cost one write more, whatever the store.
 
 from __future__ import annotations
 
-import calendar
 import json
 import logging
 import threading
@@ -266,6 +265,8 @@ def _read_bucket(storage: Storage, bucket: str) -> list[Entry]:
 
 def _span(parts: list[int]) -> tuple[float, float]:
     """[start, end) in epoch seconds of a year, a day or an hour bucket."""
+    import calendar  # here: a job's runner writes the index and never reads it
+
     if len(parts) == 1:
         return calendar.timegm((parts[0], 1, 1, 0, 0, 0)), calendar.timegm(
             (parts[0] + 1, 1, 1, 0, 0, 0)

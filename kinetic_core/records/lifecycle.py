@@ -4,7 +4,7 @@ The runner writes started/finished; ``outcome.json`` is created once (create-onl
 whoever decides how the job ends first: the runner (its function returned or raised),
 ``cancel()``, a deadline, or status resolution sealing what it observed (a job that
 died without deciding). Once it exists the job's terminal state never changes.
-Clients write collected. ``read_evidence`` gathers them for status resolution.
+Clients write collected. ``records.evidence`` gathers them for status resolution.
 """
 
 from __future__ import annotations
@@ -13,12 +13,15 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from kinetic_core.errors import StorageError
 from kinetic_core.records import layout
-from kinetic_core.storage import Storage
+
+TYPE_CHECKING = False  # no `typing` at run time: a job's start path (runner.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from kinetic_core.storage import Storage
 
 # The envelope (cloudpickle), the job index and logging are imported where used: a fresh
 # runner reads and writes these records before its job starts, and imports nothing else
@@ -27,17 +30,6 @@ from kinetic_core.storage import Storage
 # Who decided an outcome. A runner's outcome is final but its process may still be
 # exiting; every other decider stops the job, so its outcome is terminal at once.
 BY_RUNNER = "runner"
-
-
-@dataclass
-class Evidence:
-    """What the runner and the clients wrote to storage about one job."""
-
-    started: dict[str, Any] | None = None
-    finished: dict[str, Any] | None = None
-    stop: dict[str, Any] | None = None  # stop.json of older versions
-    collected: dict[str, Any] | None = None
-    launched: dict[str, Any] | None = None  # the submitter saw backend.launch() return
 
 
 def read_json(storage: Storage, key: str) -> dict[str, Any] | None:
@@ -123,29 +115,6 @@ def decide(
 
         job_index.note_end(storage, job_id, created_at or None, status)
     return (True, None) if won else (False, read_outcome(storage, job_id))
-
-
-def read_evidence(storage: Storage, job_id: str) -> Evidence:
-    ev = Evidence(
-        started=read_json(storage, layout.job_file(job_id, layout.STARTED)),
-        finished=read_json(storage, layout.job_file(job_id, layout.FINISHED)),
-        stop=read_json(storage, layout.job_file(job_id, layout.STOP)),
-        collected=read_json(storage, layout.job_file(job_id, layout.COLLECTED)),
-        launched=read_json(storage, layout.job_file(job_id, layout.LAUNCHED)),
-    )
-    result = layout.job_file(job_id, layout.RESULT)
-    if ev.finished is None and storage.exists(result):
-        # The runner stored a result but died before recording "finished".
-        from kinetic_core.records.envelope import read_summary
-
-        try:
-            header = read_summary(storage, result)
-            if header.get("job_id") != job_id:
-                return ev  # copied from another job: no evidence about this one
-            ev.finished = {"success": bool(header.get("success")), "phase": None}
-        except Exception:
-            pass
-    return ev
 
 
 _WORKER_RECORD = re.compile(r"^(started|finished|self-stopped)(?:-worker-([0-9]+))?\.json$")

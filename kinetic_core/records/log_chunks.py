@@ -17,11 +17,15 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
 
 from kinetic_core.records import layout
-from kinetic_core.storage import Storage
+
+TYPE_CHECKING = False  # no `typing` at run time: a job's start path (runner.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from kinetic_core.storage import Storage
 
 #: Bound of one chunk object (and of the memory a pending chunk holds).
 CHUNK_BYTES = 4 << 20

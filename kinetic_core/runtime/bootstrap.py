@@ -20,13 +20,17 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import site
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 from kinetic_core.errors import KineticError  # imports nothing itself
+
+# shutil and pathlib are imported where an install uses them: every job's runner imports
+# this module for ``replay()`` alone.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 #: JSON list of requirements (pip syntax); set by the Kubernetes manifest.
 REQUIREMENTS_ENV = "KINETIC_BOOTSTRAP_REQUIREMENTS"
@@ -56,6 +60,9 @@ def env_key(requirements: list[str]) -> str:
 def prepare(requirements: list[str], cache: str) -> str:
     """The interpreter of a ready environment with ``requirements`` (made unless another
     pod made it already; pods sharing the cache take turns on a lock)."""
+    import shutil
+    from pathlib import Path
+
     root = Path(cache) / f"env-{env_key(requirements)}"
     python = str(root / "bin" / "python")
     if (root / READY).exists():
@@ -77,6 +84,8 @@ def prepare(requirements: list[str], cache: str) -> str:
 
 def find_uv(cache: Path) -> str:
     """uv from the image, or installed once into the cache with the image's pip."""
+    import shutil
+
     found = shutil.which("uv") or shutil.which("uv", path=str(cache / "uv" / "bin"))
     if found:
         return found

@@ -44,10 +44,15 @@ import stat
 import sys
 import threading
 import time
-from typing import Any
 
 from kinetic_core.records.log_chunks import ChunkWriter
-from kinetic_core.storage import Storage, open_fresh
+from kinetic_core.storage import open_fresh
+
+TYPE_CHECKING = False  # no `typing` at run time: a job's start path (runner.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from kinetic_core.storage import Storage
 
 FLUSH_SECONDS = 3.0
 #: How long the runner waits for a flush it asked for, and for the pump at its exit.

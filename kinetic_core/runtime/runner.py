@@ -5,7 +5,7 @@ create-only and records start/finish. Exit 0 on success, 1 on a failure of the f
 of a setup phase (``load``, ``store``), 2 when even storage is unreachable. Imports stay
 small: this is on the critical path of every job.
 
-Each worker of a multi-host job runs this too (``workers.Worker.from_env``), the same
+Each worker of a multi-host job runs this too (its place: ``kc.worker()``), the same
 function: it writes its own started record (worker 0 ``started.json`` as a single-host
 job, worker k ``started-worker-{k}.json``), so a replacement pod of worker k refuses to run
 it again; only worker 0 stores a success (its value is the result); any worker whose
@@ -20,25 +20,35 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any
 
 # Only what the path to ``started.json`` needs is imported here: a pod or a Slurm node
 # starts this module in a fresh interpreter, and every import before the job's start is
 # on its critical path (``bench/runner_start.py``). The rest (the envelope and
 # cloudpickle, outputs, the log tee, notices, versions) is imported once the job started,
-# where it is used; the sidecar thread imports its own machinery (``sidecar.py``).
+# where it is used; the sidecar thread imports its own machinery (``sidecar.py``). The
+# modules below import neither ``typing``, ``dataclasses`` nor ``pathlib`` at run time
+# (~25 ms of a fresh interpreter here; ``tests/core/test_runner_start.py``).
 from kinetic_core.errors import JobSetupError
 from kinetic_core.records import layout
 from kinetic_core.records.lifecycle import BY_RUNNER, decide, read_json, read_outcome, write_record
-from kinetic_core.runtime import log_capture, sidecar
-from kinetic_core.storage import Storage, open_storage
-from kinetic_core.util import workers
+from kinetic_core.runtime import sidecar
+from kinetic_core.storage import open_storage
 from kinetic_core.util.ids import validate_id
+from kinetic_core.util.worker_env import read_place
+
+TYPE_CHECKING = False  # no `typing` at run time: see above
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+    from kinetic_core.storage import Storage
+    from kinetic_core.util.workers import Worker
 
 #: What a job imports once it started, where it is used (a zygote that forks runners
 #: preloads these, so its jobs import none of them: ``backends/local/zygote.py``).
 AFTER_START = (
     "traceback",
+    "kinetic_core.runtime.log_capture",
+    "kinetic_core.util.workers",
     "kinetic_core.data.outputs",
     "kinetic_core.records.envelope",
     "kinetic_core.records.job_index",
@@ -90,7 +100,8 @@ def _load_call(storage: Storage, job_id: str, signing_key: str | None) -> dict[s
 
 def run_job(storage_uri: str, job_id: str) -> int:
     validate_id(job_id)
-    me = workers.Worker.from_env()
+    place = read_place(os.environ)  # kc.worker()'s; the dataclass itself once started
+    index = place[0]
     storage = open_storage(storage_uri)
     signing_key = os.environ.get("KINETIC_SIGNING_KEY") or None
     decided = read_outcome(storage, job_id)
@@ -99,7 +110,7 @@ def run_job(storage_uri: str, job_id: str) -> int:
             f"kinetic: job {job_id} is already {decided['status']}; not running it", file=sys.stderr
         )
         # a late worker of a slice whose worker 0 already succeeded has nothing left to do
-        return 0 if me.index and decided["status"] == "SUCCEEDED" else 1
+        return 0 if index and decided["status"] == "SUCCEEDED" else 1
     handle = read_json(storage, layout.job_file(job_id, layout.HANDLE))
     other = _other_attempt(storage, job_id, handle)
     if other is not None:
@@ -107,30 +118,37 @@ def run_job(storage_uri: str, job_id: str) -> int:
 
         print(f"kinetic: job {job_id} is not run: {other}", file=sys.stderr)
         return REFUSED_EXIT_CODE
-    started = started_record(me.index)
-    if not write_record(
-        storage, job_id, started, create_only=True, event="started", worker=me.index
-    ):
-        return _refuse_second_run(storage, job_id, me.index)
-    return _run_started(storage_uri, storage, job_id, me, handle, signing_key)
+    started = started_record(index)
+    if not write_record(storage, job_id, started, create_only=True, event="started", worker=index):
+        return _refuse_second_run(storage, job_id, index)
+    # Started: the output is teed into storage (``log_capture``) while the job loads, runs,
+    # stores and decides; every end stops the tee, so the rest of the output reaches storage.
+    from kinetic_core.runtime import log_capture
+    from kinetic_core.util.workers import Worker
+
+    log_capture.start(storage, job_id, worker=index)
+    try:
+        return _run_started(storage_uri, storage, job_id, Worker(*place), handle, signing_key)
+    except Exception as exc:  # said while the tee still runs: it reaches the job's log
+        return _cannot_run(job_id, exc)
+    finally:
+        sidecar.stop()  # its last sample, after the outcome (a no-op once stopped)
+        log_capture.stop()
 
 
 def _run_started(
     storage_uri: str,
     storage: Storage,
     job_id: str,
-    me: workers.Worker,
+    me: Worker,
     handle: dict[str, Any] | None,
     signing_key: str | None,
 ) -> int:
     """The job has started (its ``started`` record is written): load, run, store, decide."""
-    import traceback
-
     from kinetic_core.data import outputs
     from kinetic_core.records.envelope import failure_body, success_body
-    from kinetic_core.runtime import bootstrap, notice, versions
+    from kinetic_core.runtime import bootstrap, log_capture, notice, versions
 
-    log_capture.start(storage, job_id, worker=me.index)  # also kept in storage as it runs
     bootstrap.replay()  # what a requirements= install printed before the capture began
     _framework_env(me, handle)
     phase = "load"
@@ -151,6 +169,8 @@ def _run_started(
             value = asyncio.run(_await(value))
         body = success_body(value)
     except BaseException as exc:  # the job must always report, even on SystemExit
+        import traceback
+
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)
         if notice.preempted():  # stopped from outside: no result, the backend says why
@@ -165,7 +185,7 @@ def _run_started(
         if me.count > 1:
             body["worker"] = me.index
             body["exc_message"] = f"worker {me.index}: {body['exc_message']}"
-    sidecar.stop()  # no signal handler runs while the outcome is written
+    sidecar.halt()  # no signal handler runs while the outcome is written
     held = not body["success"] and _debug_note(storage, job_id, handle, body, me.index)
     # in storage before the state can read terminal (a held job keeps its local folder)
     lost = outputs.finish(storage_uri, job_id, me.index, keep=held)
@@ -181,7 +201,7 @@ def _run_started(
     return 0 if body["success"] else int(body.get("exit_code") or 1)
 
 
-def _outputs_not_synced(job_id: str, problem: str, me: workers.Worker) -> dict[str, Any]:
+def _outputs_not_synced(job_id: str, problem: str, me: Worker) -> dict[str, Any]:
     """The failure a job whose function returned ends with when its outputs did not reach
     storage: FAILED, reason OutputsNotSynced (what ``problem`` says: why, and where the
     files are kept)."""
@@ -223,8 +243,9 @@ def _hold(storage_uri: str, job_id: str, worker: int) -> None:
     """Keep this process (and, on Kubernetes, its pod) alive for inspection once the
     failure is recorded, then remove the job's local folder as ``outputs.finish`` would."""
     from kinetic_core.data import outputs
-    from kinetic_core.runtime import debugging
+    from kinetic_core.runtime import debugging, log_capture
 
+    sidecar.stop()  # its last sample: the job has ended
     log_capture.stop()  # the log stream ends now: nothing waits on a held job's log
     debugging.hold()
     outputs.finish(storage_uri, job_id, worker)
@@ -253,11 +274,13 @@ def name_worker(exc: BaseException, index: int) -> None:
         exc.kinetic_worker = index  # type: ignore[attr-defined]
 
 
-def _framework_env(me: workers.Worker, handle: dict[str, Any] | None) -> None:
+def _framework_env(me: Worker, handle: dict[str, Any] | None) -> None:
     """The variables JAX, libtpu and PyTorch read (``workers.framework_env``), where not
     set already (GKE's TPU webhook sets its own). A single-host job's env is left as is."""
     if me.count == 1:
         return
+    from kinetic_core.util import workers
+
     port_text = me.coordinator.rpartition(":")[2]
     port = int(port_text) if port_text.isdigit() else workers.DEFAULT_COORDINATOR_PORT
     accelerator = str(((handle or {}).get("target") or {}).get("accelerator") or "")
@@ -410,6 +433,12 @@ def _error_line(body: dict[str, Any]) -> str:
     return f"{lead}{kind}: {message.removeprefix(lead)}"[:500]
 
 
+def _cannot_run(job_id: str, exc: Exception) -> int:
+    """Exit code 2: even storage failed the runner (the job decided nothing)."""
+    print(f"kinetic runner: cannot run job {job_id}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return 2
+
+
 USAGE = "usage: python -m kinetic_core.runtime.runner --storage URI --job-id ID"
 
 
@@ -427,15 +456,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_job(storage_uri, job_id)
     except Exception as exc:
-        print(
-            f"kinetic runner: cannot run job {job_id}: {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-        )
-        return 2
+        return _cannot_run(job_id, exc)
     finally:
         sidecar.stop()  # a no-op once stopped; the early returns above end here
-        log_capture.stop()  # every end: the rest of the output reaches storage
+
+
+def exit_now(code: int) -> NoReturn:
+    """Exit with ``code`` as the interpreter would, minus the teardown of every module and
+    object (~30 ms after a no-op job here; seconds after one that imported torch): a
+    pod's or a Slurm step's end is read from this process's exit. What a job can observe
+    of an exit still happens, in the interpreter's order: non-daemon threads are joined
+    (after ``concurrent.futures``' exit hooks, as ``Py_FinalizeEx`` does), ``atexit``
+    callbacks run, stdout and stderr are flushed."""
+    import atexit
+    import threading
+
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # closed by the job, or a broken pipe
+            stream.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

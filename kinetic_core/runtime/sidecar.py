@@ -20,15 +20,14 @@ import _thread
 import contextlib
 import os
 import sys
-import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from kinetic_core.storage import Storage
-
+TYPE_CHECKING = False  # no `typing` at run time: a job's start path (runner.py)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kinetic_core.runtime import signals, telemetry
+    from kinetic_core.storage import Storage
 
 #: How long ``stop()`` waits for a tick in progress (a slow storage write).
 STOP_SECONDS = 5.0
@@ -49,6 +48,8 @@ class Sidecar:
     tick: float
 
     def __init__(self, storage: Storage, job_id: str, worker: int, signing_key: str | None) -> None:
+        import threading  # here, not above: the runner imports this module before its start
+
         self.context = (storage, job_id, worker, signing_key)
         self.armed = False
         self.began = time.monotonic()
@@ -118,6 +119,19 @@ def start(storage: Storage, job_id: str, worker: int, signing_key: str | None) -
     sidecar = Sidecar(storage, job_id, worker, signing_key)
     _current.append(sidecar)
     sidecar.start()
+
+
+def halt() -> None:
+    """No tick runs once this returns (the runner then writes the outcome, which no
+    signal handler may interrupt); ``stop()`` still writes the last sample, after the
+    outcome: a short job's imports of the sampler are not on its way to the outcome.
+    Waits only for a tick in progress."""
+    if not _current:
+        return
+    sidecar = _current[0]
+    sidecar.halt.set()
+    if sidecar.busy.acquire(timeout=STOP_SECONDS):  # halt is set: no tick starts after this
+        sidecar.busy.release()
 
 
 def stop() -> None:

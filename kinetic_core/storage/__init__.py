@@ -6,62 +6,29 @@ layout). Storage knows nothing about backends or payload contents.
 
 from __future__ import annotations
 
+import _thread
 import errno
-import threading
-from contextlib import AbstractContextManager
-from typing import BinaryIO, Protocol, runtime_checkable
 
 from kinetic_core.errors import ConfigError, StorageError
 from kinetic_core.util import registry
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from kinetic_core.storage.protocol import Storage as Storage
 
-@runtime_checkable
-class Storage(Protocol):
-    uri: str
 
-    def read_bytes(self, key: str) -> bytes:
-        """Whole object; raises FileNotFoundError when absent."""
+def __getattr__(name: str) -> object:
+    """``Storage``, the protocol, is imported when first named: ``typing`` is not on a
+    job's start path (``runtime/runner.py``), whose modules name it only in annotations."""
+    if name == "Storage":
+        from kinetic_core.storage.protocol import Storage
 
-    def write_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None:
-        """Atomic write. With ``create_only`` raise FileExistsError if the key exists."""
-
-    def open_read(self, key: str) -> AbstractContextManager[BinaryIO]:
-        """A seekable local file with the object's bytes (downloaded first if remote)."""
-
-    def open_write(
-        self, key: str, *, create_only: bool = False
-    ) -> AbstractContextManager[BinaryIO]:
-        """A file to stream into; published atomically when the block exits cleanly."""
-
-    def exists(self, key: str) -> bool: ...
-
-    def list_names(self, prefix: str) -> list[str]:
-        """Immediate child names (files and folders) under ``prefix``; [] when absent."""
-
-    def delete(self, key: str) -> None:
-        """Remove one object; absent is fine."""
-
-    def delete_prefix(self, prefix: str) -> None:
-        """Remove everything under ``prefix``; absent is fine."""
-
-    def location(self, key: str) -> str:
-        """A URI for humans and links (file://... or gs://...)."""
-
-    def put_file(self, key: str, source: str, *, create_only: bool = False) -> None:
-        """Stream a local file to ``key``, published atomically (the data plane's upload)."""
-
-    def get_file(self, key: str, dest: str) -> None:
-        """Stream ``key`` into the local file ``dest``; FileNotFoundError when absent."""
-
-    def walk(self, prefix: str) -> list[str]:
-        """Every object under ``prefix``, recursively, as ``/``-paths relative to it."""
-
-    def local_path(self, key: str) -> str | None:
-        """A local path holding ``key``'s bytes where storage is a local disk, else None."""
+        return Storage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _cache: dict[str, Storage] = {}
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # threading's Lock, without importing threading
 
 
 def open_storage(uri: str) -> Storage:

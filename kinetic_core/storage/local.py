@@ -14,14 +14,18 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from pathlib import Path
-from typing import BinaryIO
 
 from kinetic_core.errors import StorageError
 from kinetic_core.storage import storage_failed, write_failed
 from kinetic_core.util.procs import process_alive, start_ticks
+
+# Paths are str and os.path, neither pathlib nor typing at run time: a job's runner opens
+# its storage before its function starts (``runtime/runner.py``, ``bench/runner_start.py``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import BinaryIO
 
 # Staging files without a live writer in their name are swept once older than this.
 STALE_STAGING = 3600.0
@@ -32,15 +36,14 @@ _STAGED_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOL
 class LocalStorage:
     def __init__(self, uri: str) -> None:
         self.uri = uri
-        self.root = Path(uri[len("file://") :])
-        self._root = str(self.root)
+        self.root = os.path.normpath(uri[len("file://") :] or ".")
         self._swept = False
         self._writer: tuple[int, str] = (0, "")
         self._serial = itertools.count()
-        self._dirs: set[Path] = set()  # folders known to exist (put_file's fast path)
+        self._dirs: set[str] = set()  # folders known to exist (put_file's fast path)
 
-    def path(self, key: str) -> Path:
-        return self.root / key
+    def path(self, key: str) -> str:
+        return os.path.join(self.root, key)
 
     def location(self, key: str) -> str:
         return f"file://{self.path(key)}"
@@ -55,15 +58,16 @@ class LocalStorage:
         except OSError as exc:
             raise storage_failed(doing, self.location(key), exc) from exc
 
-    def _ensure_dir(self, directory: Path) -> None:
+    def _ensure_dir(self, directory: str) -> None:
         """Create ``directory`` and any missing parents with mode 0700."""
         missing = []
-        while not directory.exists():
+        while directory and not os.path.exists(directory):
             missing.append(directory)
-            directory = directory.parent
+            directory = os.path.dirname(directory)
         try:
             for d in reversed(missing):
-                d.mkdir(mode=0o700, exist_ok=True)
+                with suppress(FileExistsError):
+                    os.mkdir(d, 0o700)
         except OSError as exc:
             raise StorageError(
                 f"Storage root {self.uri} is not writable ({exc.strerror}: {exc.filename}). "
@@ -74,7 +78,7 @@ class LocalStorage:
         # A str path and no context manager: status resolution reads thousands of small
         # records a second (a shared poller's tick), where pathlib cost more than the read.
         try:
-            with open(os.path.join(self._root, key), "rb") as fh:
+            with open(os.path.join(self.root, key), "rb") as fh:
                 return fh.read()
         except FileNotFoundError:
             raise
@@ -99,8 +103,8 @@ class LocalStorage:
     def open_write(self, key: str, *, create_only: bool = False) -> Iterator[BinaryIO]:
         target = self.path(key)
         with self._errors("write", key):
-            if create_only and target.exists():  # fail fast; link() below is the real guard
-                raise FileExistsError(str(target))
+            if create_only and os.path.exists(target):  # fail fast; link() is the real guard
+                raise FileExistsError(target)
             # Stage under tmp/ (same filesystem): a failed write leaves nothing beside ``key``.
             tmp = self._staged(target)
             fd = self._open_staged(tmp)
@@ -119,35 +123,37 @@ class LocalStorage:
             with suppress(OSError):  # gone once published; else the next writer sweeps it
                 os.unlink(tmp)
 
-    def _staged(self, target: Path) -> Path:
+    def _staged(self, target: str) -> str:
         """Where ``target`` is staged: ``tmp/{name}.w{pid}-{ticks}.{serial}.tmp``, unique to
         this process (``_sweep`` removes a dead writer's). The first call sweeps tmp/."""
-        staging = self.root / "tmp"
+        staging = os.path.join(self.root, "tmp")
         if not self._swept:
             self._ensure_dir(staging)
             self._swept = True
             _sweep(staging)
-        return staging / f"{target.name}.{self._writer_name()}.{next(self._serial)}.tmp"
+        name = os.path.basename(target)
+        return os.path.join(staging, f"{name}.{self._writer_name()}.{next(self._serial)}.tmp")
 
-    def _open_staged(self, tmp: Path) -> int:
+    def _open_staged(self, tmp: str) -> int:
         try:
             return os.open(tmp, _STAGED_FLAGS, 0o600)
         except FileNotFoundError:  # tmp/ swept away by a cleanup: once more
-            self._ensure_dir(tmp.parent)
+            self._ensure_dir(os.path.dirname(tmp))
             return os.open(tmp, _STAGED_FLAGS, 0o600)
 
-    def _publish(self, tmp: Path, target: Path, create_only: bool) -> None:
+    def _publish(self, tmp: str, target: str, create_only: bool) -> None:
         """Move the staged file to ``target`` atomically: ``link`` when ``create_only``
         (FileExistsError if someone won), else ``replace``. Folders known to exist are
         not checked again; one deleted meanwhile is created once more."""
-        if target.parent not in self._dirs:
-            self._ensure_dir(target.parent)
-            self._dirs.add(target.parent)
+        parent = os.path.dirname(target)
+        if parent not in self._dirs:
+            self._ensure_dir(parent)
+            self._dirs.add(parent)
         try:
             os.link(tmp, target) if create_only else os.replace(tmp, target)
         except FileNotFoundError:
-            self._dirs.discard(target.parent)
-            self._ensure_dir(target.parent)
+            self._dirs.discard(parent)
+            self._ensure_dir(parent)
             os.link(tmp, target) if create_only else os.replace(tmp, target)
 
     def _writer_name(self) -> str:
@@ -160,7 +166,7 @@ class LocalStorage:
 
     def exists(self, key: str) -> bool:
         with self._errors("read", key):
-            return self.path(key).exists()
+            return os.path.exists(self.path(key))
 
     def put_file(self, key: str, source: str, *, create_only: bool = False) -> None:
         """``open_write``'s staging and publishing, minus its per-call setup: the data
@@ -172,15 +178,15 @@ class LocalStorage:
         import shutil  # here, as below: a runner opens file:// before its job starts
 
         target = self.path(key)
-        if create_only and target.exists():
-            raise FileExistsError(str(target))
+        if create_only and os.path.exists(target):
+            raise FileExistsError(target)
         tmp = self._staged(target)
         try:
             try:
                 shutil.copyfile(source, tmp)  # sendfile(2): in the kernel
             except OSError as exc:
-                if isinstance(exc, FileNotFoundError) and not tmp.parent.exists():
-                    self._ensure_dir(tmp.parent)  # swept away by a cleanup: once more
+                if isinstance(exc, FileNotFoundError) and not os.path.exists(os.path.dirname(tmp)):
+                    self._ensure_dir(os.path.dirname(tmp))  # swept away by a cleanup: once more
                     shutil.copyfile(source, tmp)
                 else:
                     raise write_failed(self.location(key), exc) from exc
@@ -204,13 +210,13 @@ class LocalStorage:
         return sorted(found)
 
     def local_path(self, key: str) -> str | None:
-        return str(self.path(key))
+        return self.path(key)
 
     def list_names(self, prefix: str) -> list[str]:
         try:
             names = os.listdir(self.path(prefix))
         except (FileNotFoundError, NotADirectoryError):
-            if self.root.exists() and not self.root.is_dir():
+            if os.path.exists(self.root) and not os.path.isdir(self.root):
                 raise StorageError(
                     f"Storage root {self.uri} is a file, not a directory: point "
                     "KINETIC_STORAGE / storage= (or --storage) at a directory."
@@ -224,7 +230,9 @@ class LocalStorage:
         path = self.path(key)
         with self._errors("delete", key):
             try:
-                path.unlink(missing_ok=True)
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
             except OSError:
                 if os.path.lexists(path):  # a read-only volume refuses even absent names
                     raise
@@ -275,21 +283,21 @@ def copy_stream(src: BinaryIO, dst: BinaryIO) -> None:
     shutil.copyfileobj(src, dst, 1 << 20)
 
 
-def _sweep(staging: Path) -> None:
+def _sweep(staging: str) -> None:
     """Remove staging files whose writer is dead (killed mid-write)."""
     try:
         names = os.listdir(staging)
     except OSError:
         return
     for name in names:
-        path = staging / name
+        path = os.path.join(staging, name)
         match = _WRITER.search(name)
         try:
             if match:
                 if process_alive(int(match[1]), int(match[2]) or None):
                     continue
-            elif path.stat().st_mtime > time.time() - STALE_STAGING:
+            elif os.stat(path).st_mtime > time.time() - STALE_STAGING:
                 continue
-            path.unlink()
+            os.unlink(path)
         except OSError:
             pass

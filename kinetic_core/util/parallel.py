@@ -11,40 +11,41 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterable
-from pathlib import Path
+from os import PathLike
 from typing import Any
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_ROOT = "/sys/fs/cgroup"
 
 
-def quota_cores(root: Path = CGROUP_ROOT, membership: str | None = None) -> int | None:
+def quota_cores(
+    root: str | PathLike[str] = CGROUP_ROOT, membership: str | None = None
+) -> int | None:
     """The CPUs a cgroup CPU limit allows (a pod's ``resources.limits.cpu``), rounded up;
     None without a limit. Reads cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``, in this
     process's own cgroup (``membership``: /proc/self/cgroup) or at the mount's root, where
-    a container sees its own cgroup."""
+    a container sees its own cgroup. Paths with os.path, not pathlib: the envelope
+    imports this module on a job's path."""
     if membership is None:
-        try:
-            membership = Path("/proc/self/cgroup").read_text()
-        except OSError:
-            membership = ""
-    candidates: list[tuple[Path, Path | None]] = []
+        membership = _read("/proc/self/cgroup") or ""
+    join = os.path.join
+    candidates: list[tuple[str, str | None]] = []
     for line in membership.splitlines():
         if line.count(":") < 2:
             continue
         hierarchy, controllers, own = line.split(":", 2)
         own = own.lstrip("/")
         if hierarchy == "0" and controllers == "":  # cgroup v2
-            candidates += [(root / own / "cpu.max", None), (root / "cpu.max", None)]
+            candidates += [(join(root, own, "cpu.max"), None), (join(root, "cpu.max"), None)]
         elif "cpu" in controllers.split(","):
-            for base in (root / "cpu" / own, root / "cpu"):
-                candidates.append((base / "cpu.cfs_quota_us", base / "cpu.cfs_period_us"))
+            for base in (join(root, "cpu", own), join(root, "cpu")):
+                candidates.append((join(base, "cpu.cfs_quota_us"), join(base, "cpu.cfs_period_us")))
     for quota_file, period_file in candidates:
+        fields = (_read(quota_file) or "").split()
+        if period_file is not None:
+            fields.append((_read(period_file) or "").strip())
         try:
-            fields = quota_file.read_text().split()
-            if period_file is not None:
-                fields.append(period_file.read_text().strip())
             quota, period = fields[0], float(fields[1])
-        except (OSError, IndexError, ValueError):
+        except (IndexError, ValueError):
             continue
         if quota in ("max", "-1"):
             return None
@@ -53,6 +54,14 @@ def quota_cores(root: Path = CGROUP_ROOT, membership: str | None = None) -> int 
         except (ValueError, ZeroDivisionError):
             continue
     return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
 
 
 def _usable_cores() -> int:

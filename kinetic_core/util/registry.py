@@ -10,10 +10,13 @@ package exposing its kind plus one line here.
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
-from typing import Any
 
 from kinetic_core.errors import ConfigError
+
+TYPE_CHECKING = False  # no `typing` at run time: a job's start path (runner.py)
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any
 
 BACKENDS: dict[str, str] = {
     "local": "kinetic_core.backends.local:KIND",

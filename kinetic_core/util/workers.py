@@ -50,9 +50,10 @@ PyTorch (every accelerator)
     start torchrun from the function with ``--nnodes=w.count --node-rank=w.index
     --master-addr=...``.
 
-This module imports nothing heavy: the runner and every worker import it. It is
-``workers``, not ``worker``: importing a submodule sets it as an attribute of the package,
-which would hide the function ``kc.worker``.
+The reading itself is ``worker_env.read_place``, which a job's runner calls before its
+start without importing this module's dataclass. It is ``workers``, not ``worker``:
+importing a submodule sets it as an attribute of the package, which would hide the
+function ``kc.worker``.
 """
 
 from __future__ import annotations
@@ -63,14 +64,27 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kinetic_core.errors import ConfigError
+from kinetic_core.util.worker_env import (
+    COORDINATOR_VAR,
+    COUNT_VAR,
+    DEFAULT_COORDINATOR_PORT,
+    HOSTNAMES_VAR,
+    INDEX_VAR,
+    check_workers,
+    read_place,
+)
 
-#: JAX's fixed coordinator port on TPU (``cloud_tpu_cluster.coordinator_port``); also the
-#: default for GPU jobs and PyTorch, so one address names the coordinator everywhere.
-DEFAULT_COORDINATOR_PORT = 8476
-INDEX_VAR = "KINETIC_WORKER_INDEX"
-COUNT_VAR = "KINETIC_WORKER_COUNT"
-HOSTNAMES_VAR = "KINETIC_WORKER_HOSTNAMES"
-COORDINATOR_VAR = "KINETIC_COORDINATOR_ADDRESS"
+__all__ = [
+    "COORDINATOR_VAR",
+    "COUNT_VAR",
+    "DEFAULT_COORDINATOR_PORT",
+    "HOSTNAMES_VAR",
+    "INDEX_VAR",
+    "Worker",
+    "check_workers",
+    "framework_env",
+    "worker",
+]
 
 
 @dataclass(frozen=True)
@@ -94,25 +108,7 @@ class Worker:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Worker:
         """The worker the environment describes; worker 0 of 1 when it names none."""
-        env = os.environ if environ is None else environ
-        raw_hosts = _first(env, HOSTNAMES_VAR, "TPU_WORKER_HOSTNAMES")
-        hostnames = tuple(h.strip() for h in raw_hosts.split(",")) if raw_hosts else None
-        count_text = _first(env, COUNT_VAR)
-        count = _whole(COUNT_VAR, count_text) if count_text else len(hostnames) if hostnames else 1
-        index_var = next(
-            (v for v in (INDEX_VAR, "JOB_COMPLETION_INDEX", "TPU_WORKER_ID") if env.get(v)), None
-        )
-        index = _whole(index_var, env[index_var]) if index_var else 0
-        if hostnames is None:
-            if count > 1:
-                raise ConfigError(
-                    f"{COUNT_VAR}={count} but no {HOSTNAMES_VAR} (or TPU_WORKER_HOSTNAMES): "
-                    "a worker of a multi-host job needs every worker's hostname."
-                )
-            hostnames = ("localhost",)
-        coordinator = _first(env, COORDINATOR_VAR) or f"{hostnames[0]}:{DEFAULT_COORDINATOR_PORT}"
-        check_workers(index, count, hostnames)
-        return cls(index=index, count=count, coordinator=coordinator, hostnames=hostnames)
+        return cls(*read_place(os.environ if environ is None else environ))
 
 
 def worker() -> Worker:
@@ -150,22 +146,3 @@ def framework_env(
     else:
         env["JAX_COORDINATOR_ADDRESS"] = coordinator
     return env
-
-
-def check_workers(index: int, count: int, hostnames: Sequence[str]) -> None:
-    """ConfigError unless ``index`` is one of ``count`` workers, each with one hostname."""
-    if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"worker index {index} is not one of {count} workers (0..{count - 1}).")
-    if len(hostnames) != count or not all(hostnames):
-        raise ConfigError(f"{count} workers need {count} hostnames, got {list(hostnames)!r}.")
-
-
-def _first(env: Mapping[str, str], *names: str) -> str | None:
-    return next((env[n] for n in names if env.get(n)), None)
-
-
-def _whole(name: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"{name}={text!r} is not a whole number.") from None

@@ -234,3 +234,21 @@ def loaded_modules() -> list[str]:
     import sys
 
     return sorted(sys.modules)
+
+
+def leaves_work_for_exit(folder: str) -> str:
+    """Leaves what a process's exit must still do: an ``atexit`` callback, a non-daemon
+    thread still running, a thread pool never shut down with a task in flight."""
+    import atexit
+    from concurrent.futures import ThreadPoolExecutor
+
+    def write(name: str, delay: float = 0.0) -> None:
+        time.sleep(delay)
+        with open(os.path.join(folder, name), "w") as fh:
+            fh.write("done")
+
+    atexit.register(write, "atexit")
+    threading.Thread(target=write, args=("thread", 0.3)).start()
+    ThreadPoolExecutor(1).submit(write, "pool", 0.3)
+    print("printed-without-newline", end="")
+    return "returned"
