@@ -10,7 +10,10 @@ medians, the ratio kinetic / bare, API requests per trip by verb and resource (e
 of this process's Kubernetes clients, counted at ``KubeClient._request`` and ``watch``; the
 namespace watch's long-lived streams are counted apart: they serve every job of the
 process), and where a kinetic trip's time goes from its own records (submit returned,
-``started.json``, ``outcome.json``, the value returned, cleanup). The runner's own start
+``started.json``, ``outcome.json``, ``finished.json``, the value in hand before the
+cleanup, the cleanup, returned) and this process's watch (the job's last event). The
+checkout's bytecode is written first: the pods import it, and with
+``PYTHONDONTWRITEBYTECODE`` inherited each pod would compile what is stale. The runner's own start
 (spawn -> ``started.json``) is issue 37's goal 1: ``--import-cost`` prints what
 ``import kinetic_core.runner`` costs against a bare interpreter, for the share of the gap.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import compileall
 import os
 import statistics
 import subprocess
@@ -147,23 +151,43 @@ def bare_job(backend: KubernetesBackend, requests: Requests) -> float:
     return took
 
 
+#: job id -> wall time of the last watch event that changed it (``KubernetesBackend.on_change``)
+CHANGED: dict[str, float] = {}
+
+
 def kinetic_trip(target: kc.Target, marks: dict[str, list[float]]) -> float:
     """``submit(noop)`` -> ``result()`` with its cleanup: seconds; the trip's marks."""
     began_wall, began = time.time(), time.perf_counter()
     job = kc.submit(noop, target=target)
     submitted = time.perf_counter()
+    value_at = [0.0]
+    real_cleanup = job._cleanup_collected
+
+    def timed_cleanup(timeout: float | None) -> None:  # result() has the value, collected
+        value_at[0] = time.time()
+        real_cleanup(timeout)
+
+    object.__setattr__(job, "_cleanup_collected", timed_cleanup)  # a frozen handle: this one
     job.result(timeout=120)
     returned = time.perf_counter()
     storage = open_storage(target.storage or "")
     started = read_json(storage, layout.job_file(job.job_id, layout.STARTED)) or {}
     outcome = read_json(storage, layout.job_file(job.job_id, layout.OUTCOME)) or {}
+    finished = read_json(storage, layout.job_file(job.job_id, layout.FINISHED)) or {}
     if "at" in started and "at" in outcome:
+        returned_wall = began_wall + returned - began
         marks["submit returned"].append(submitted - began)
         marks["submit -> started.json"].append(started["at"] - began_wall - (submitted - began))
         marks["started.json -> outcome.json"].append(outcome["at"] - started["at"])
-        marks["outcome.json -> result() returned"].append(
-            began_wall + returned - began - outcome["at"]
-        )
+        marks["outcome.json -> result() returned"].append(returned_wall - outcome["at"])
+        if "at" in finished:
+            marks["  outcome.json -> finished.json"].append(finished["at"] - outcome["at"])
+        seen = CHANGED.get(job.job_id, 0.0)
+        if seen > outcome["at"]:  # the pod's exit, as this process's watch saw it
+            marks["  outcome.json -> last watch event"].append(seen - outcome["at"])
+        if value_at[0]:
+            marks["  outcome.json -> value (before cleanup)"].append(value_at[0] - outcome["at"])
+            marks["  cleanup"].append(returned_wall - value_at[0])
     return returned - began
 
 
@@ -205,10 +229,12 @@ def main() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
+    compileall.compile_dir(str(ROOT / "kinetic_core"), quiet=1)
     cluster = start_test_cluster(args.kubeconfig)
     target = kc.Target(**bench_target(poll_interval=0.5))
     backend = get_backend(target.resolve())
     assert isinstance(backend, KubernetesBackend)
+    backend.on_change(lambda job_id: CHANGED.__setitem__(job_id, time.time()))
     times: dict[str, list[float]] = {"kinetic": [], "bare": []}
     trips: dict[str, list[collections.Counter[str]]] = {"kinetic": [], "bare": []}
     marks: dict[str, list[float]] = collections.defaultdict(list)

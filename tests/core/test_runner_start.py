@@ -129,3 +129,14 @@ def test_a_fresh_runner_exits_with_what_an_exit_does_for_the_job(
     assert job.result(timeout=60, cleanup=False) == "returned"
     assert {p.name for p in folder.iterdir()} == {"thread", "pool", "atexit"}
     assert "printed-without-newline" in run.stdout
+
+
+def test_a_local_job_exits_with_what_an_exit_does_for_the_job(tmp_path: Path) -> None:
+    """The same on the local backend, whose runner a supervisor forks: before, it ended
+    with ``os._exit`` at once (its threads killed, its ``atexit`` callbacks never run),
+    unlike the same job in a pod or on a Slurm node."""
+    folder = tmp_path / "left"
+    folder.mkdir()
+    job = kc.submit(jobfns.leaves_work_for_exit, (str(folder),))
+    assert job.result(timeout=60) == "returned"  # the job reads ended once its processes are
+    assert {p.name for p in folder.iterdir()} == {"thread", "pool", "atexit"}

@@ -15,7 +15,7 @@ import kinetic_core as kc
 from kinetic_core.backends import get_backend
 from kinetic_core.backends.kubernetes import KubernetesBackend
 from kinetic_core.backends.kubernetes import watch as kube_watch
-from kinetic_core.backends.kubernetes.client import KubeClient
+from kinetic_core.backends.kubernetes.client import KubeApiError, KubeClient
 from kinetic_core.control.polling import poll_ticks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -77,20 +77,48 @@ def test_cleanup_of_a_plain_job_deletes_no_jobset_and_no_absent_secret(
     kube: kc.Target, sent: list[tuple[str, str, dict[str, Any]]]
 ) -> None:
     """A single-host job has no JobSet, and no Secret without a signing key: its cleanup
-    deletes its Job and its pods only (and lists no JobSet child Jobs)."""
+    deletes its Job only, in the foreground, which takes its pods (and lists no JobSet
+    child Jobs). Before: a pods DELETE by label too, one request more per result()."""
     job = kc.submit(k8s_fns.square, (5,), target=kube)
     assert job.result(timeout=120, cleanup=False)["square"] == 25
     sent.clear()
     job.cleanup()
-    deletes = [(m, p) for m, p, _ in sent if m == "DELETE"]
-    assert not any("/jobsets/" in p or "/secrets/" in p for _, p in deletes), deletes
-    assert any(p.endswith(f"/jobs/kinetic-{job.job_id}") for _, p in deletes), deletes
-    assert any(p.endswith("/pods") for _, p in deletes), deletes
-    assert not [q for m, p, q in sent if m == "GET" and "jobset" in str(q)], sent
     backend = _backend(kube)
-    assert backend.job_pods(job.job_id) == [] or all(
-        p["metadata"].get("deletionTimestamp") for p in backend.job_pods(job.job_id)
-    )
+    deletes = [(m, p, q) for m, p, q in sent if m == "DELETE"]
+    assert [(p, q.get("propagationPolicy")) for _, p, q in deletes] == [
+        (backend.client.ns("jobs", f"kinetic-{job.job_id}"), "Foreground")
+    ], deletes
+    assert not [q for m, p, q in sent if m == "GET" and "jobset" in str(q)], sent
+    for _ in poll_ticks(interval=0.2, timeout=60, describe=lambda: "the Job's pods to go"):
+        if backend.job_pods(job.job_id) == []:
+            break
+    assert backend.job_pods(job.job_id) == []
+
+
+def test_cleanup_of_a_job_whose_job_is_gone_deletes_its_pods_by_label(
+    kube: kc.Target, sent: list[tuple[str, str, dict[str, Any]]]
+) -> None:
+    """Pods no Job owns any more (an orphaning deletion of the Job: ``kubectl delete job
+    --cascade=orphan``) are deleted by their label."""
+    job = kc.submit(k8s_fns.square, (7,), target=kube)
+    assert job.result(timeout=120, cleanup=False)["square"] == 49
+    backend = _backend(kube)
+    path = backend.client.ns("jobs", f"kinetic-{job.job_id}")
+    backend.client.call("DELETE", path, query={"propagationPolicy": "Orphan"})
+    for _ in poll_ticks(interval=0.2, timeout=60, describe=lambda: "the Job to go, alone"):
+        try:
+            backend.client.call("GET", path)
+        except KubeApiError as exc:
+            assert exc.status == 404
+            break
+    assert backend.job_pods(job.job_id) != []
+    sent.clear()
+    job.cleanup()
+    assert any(m == "DELETE" and p.endswith("/pods") for m, p, _ in sent), sent
+    for _ in poll_ticks(interval=0.2, timeout=60, describe=lambda: "the orphaned pods to go"):
+        if all(p["metadata"].get("deletionTimestamp") for p in backend.job_pods(job.job_id)):
+            break
+    assert all(p["metadata"].get("deletionTimestamp") for p in backend.job_pods(job.job_id))
 
 
 def test_cleanup_of_a_signed_job_deletes_its_secret(

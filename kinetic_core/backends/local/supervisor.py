@@ -122,10 +122,13 @@ def _fork_runner(runner_argv: list[str], channel: socket.socket | None) -> tuple
         if os.read(held, len(GO)) != GO:
             os._exit(0)
         os.close(held)
-        from kinetic_core.runtime.runner import main as runner_main
+        import atexit
 
-        code = runner_main(runner_argv)
-    finally:
+        atexit._clear()  # the zygote's and this supervisor's exit callbacks are not the job's
+        from kinetic_core.runtime import runner
+
+        runner.exit_now(runner.main(runner_argv))  # its threads and atexit callbacks, as in a pod
+    finally:  # an exception escaped: end without the parent's teardown either
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
