@@ -184,3 +184,26 @@ def test_outputs_that_did_not_arrive_never_read_as_a_success(
     assert str(kept) in str(err.value)  # the message says where the files are
     assert (kept / "lost-model.txt").read_text() == "weights"  # the only copy is kept
     shutil.rmtree(kept.parent)
+
+
+def test_finish_removes_a_local_folder_a_job_with_outputs_in_storage_made(
+    storage_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job whose outputs live in file:// storage itself skips the search for its local
+    folder at ``finish`` (issue 37), unless it made one (data downloaded from gs://, say):
+    that one is still removed."""
+    for name in ("DIR", "URI", "ROOT"):  # what prepare() exports for the job
+        monkeypatch.delenv(f"KINETIC_OUTPUT_{name}", raising=False)
+    monkeypatch.delenv("KINETIC_JOB_STORAGE", raising=False)
+    storage = open_storage(storage_uri)
+    in_place, downloaded = (f"t-20261128t000000-{os.urandom(4).hex()}" for _ in range(2))
+    for job_id in (in_place, downloaded):
+        out = outputs.prepare(storage, job_id, None)
+        assert out == storage.local_path(f"outputs/{job_id}")  # in storage itself
+    scratch = Path(outputs.local_root(downloaded), "data")  # what the runner downloads into
+    scratch.mkdir(parents=True)
+    (scratch / "shard-0").write_bytes(b"x")
+    assert outputs.finish(storage_uri, in_place) is None
+    assert outputs.finish(storage_uri, downloaded) is None
+    assert not scratch.parent.exists()
+    assert not Path(outputs.local_root(in_place)).exists()

@@ -40,13 +40,18 @@ NOT_BEFORE_STARTED = {
     "cloudpickle",
 }
 
-#: Runs the runner as ``-m`` does, noting the modules loaded when ``started.json`` is
-#: staged (an audit hook on ``open``: storage's staged write) into the file $SEEN names.
-WATCH_STARTED = """
+#: Not loaded when it stages ``outcome.json``: what a job whose outputs live in file://
+#: storage itself does not need (``tempfile``: ``outputs.finish``'s local folder).
+NOT_BEFORE_OUTCOME = {"tempfile", "kinetic_core.runtime.telemetry"}
+
+#: Runs the runner as ``-m`` does, noting the modules loaded when it first opens a file
+#: whose name holds $RECORD (``outcome.json.w``: storage stages a write under that name;
+#: an audit hook on ``open``) into the file $SEEN names.
+WATCH_RECORD = """
 import os, sys, runpy
 seen = []
 def hook(event, args):
-    if event == "open" and not seen and "started.json" in str(args[0]):
+    if event == "open" and not seen and os.environ["RECORD"] in str(args[0]):
         seen.append(sorted(sys.modules))
         fd = os.open(os.environ["SEEN"], os.O_WRONLY | os.O_CREAT, 0o600)
         os.write(fd, "\\n".join(seen[0]).encode())
@@ -103,13 +108,36 @@ def test_a_fresh_runner_writes_started_before_loading_typing_dataclasses_or_path
     scripted_backend.register(monkeypatch)
     job = kc.submit(jobfns.loaded_modules, target={"backend": scripted_backend.NAME})
     seen = tmp_path / "seen.txt"
-    run = _run_fresh(storage_uri, job.job_id, code=WATCH_STARTED, SEEN=str(seen))
+    run = _run_fresh(
+        storage_uri, job.job_id, code=WATCH_RECORD, RECORD="started.json.w", SEEN=str(seen)
+    )
     assert run.returncode == 0, run.stderr
     at_started = set(seen.read_text().split("\n"))
     assert "kinetic_core.records.lifecycle" in at_started  # the hook saw the runner's write
     assert at_started & NOT_BEFORE_STARTED == set()
     # ...and the job ran once started: cloudpickle then loaded its function
     assert "cloudpickle" in job.result(timeout=60, cleanup=False)
+
+
+def test_a_fresh_runner_decides_without_tempfile_or_its_telemetry_sampler(
+    storage_uri: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Before: ``outputs.finish`` imported ``tempfile`` (and probed the temporary folder)
+    to look for a local output folder that a job whose outputs live in file:// storage
+    never makes, and the sidecar's last sample came before the outcome (~14 ms)."""
+    scripted_backend.register(monkeypatch)
+    job = kc.submit(jobfns.add, (1, 2), target={"backend": scripted_backend.NAME})
+    seen = tmp_path / "seen.txt"
+    run = _run_fresh(
+        storage_uri, job.job_id, code=WATCH_RECORD, RECORD="outcome.json.w", SEEN=str(seen)
+    )
+    assert run.returncode == 0, run.stderr
+    at_outcome = set(seen.read_text().split("\n"))
+    assert "kinetic_core.records.envelope" in at_outcome  # the result was stored by then
+    assert at_outcome & NOT_BEFORE_OUTCOME == set()
+    assert job.result(timeout=60, cleanup=False) == 3
+    root = Path(storage_uri.removeprefix("file://"))
+    assert (root / layout.telemetry_record(job.job_id)).is_file()  # the sample came after
 
 
 def test_a_fresh_runner_exits_with_what_an_exit_does_for_the_job(
