@@ -6,6 +6,9 @@ Each variant runs in a fresh subprocess (so peak RSS figures do not mix), interl
 - kinetic:   ``h = submit(identity, (data,))``; the caller drops ``data``; ``h.result()``.
              1 GiB travels to the job and 1 GiB comes back. Envelope format 3 (BLAKE3
              chunk digests) where ``blake3`` is installed (the ``fast`` extra).
+- kinetic-zygote: the same with the local backend's default launch (a supervisor forked
+             from its zygote: no interpreter start, the job's imports preloaded), which
+             "kinetic" turns off to read the job's peak memory (see below).
 - kinetic-format2: the same with ``blake3`` made unimportable in the submitter and the
              job (``KINETIC_BENCH_NO_BLAKE3``): format 2, sha256 chunk digests, as before.
 - copyfile (baseline): ``shutil.copyfile`` of a file of the same size, once per direction
@@ -26,7 +29,10 @@ Throughput = 2 x payload / wall time. Goals: kinetic >= 0.8x the floor variant's
 RSS of the submitting process <= 1.5x the payload. The job's peak RSS is read from
 ``RUSAGE_CHILDREN`` after reaping its supervisor (Linux keeps the largest descendant's peak).
 The kinetic child makes one empty round trip before it times the payload's: the modules
-a first ``submit`` and ``result()`` import are its start-up, not the transport.
+a first ``submit`` and ``result()`` import are its start-up, not the transport. Its
+breakdown splits the job's side by when the job's function was called (it notes the time),
+the result envelope's last write (its mtime) and the ``outcome.json`` and ``finished.json``
+records.
 
 Fair turns: the variants' order rotates from one repeat to the next (and reverses every
 other repeat), and each child starts ``--settle`` seconds after the previous one ended.
@@ -76,6 +82,14 @@ def identity(b: bytes) -> bytes:
     return b
 
 
+def identity_marked(b: bytes, mark: str) -> bytes:
+    """``identity``, noting when the job's function is called: the end of the job's
+    verify+load of its argument, the start of its run (``parts`` in ``child_kinetic``)."""
+    with open(mark, "w") as fh:
+        fh.write(repr(time.time()))
+    return b
+
+
 def make_payload(size: int) -> bytes:
     return b"x" * size  # touched pages (bytes(n) would map the shared zero page)
 
@@ -111,7 +125,7 @@ def wait_json(path: Path, timeout: float = 30.0) -> dict[str, Any]:
 
 
 def child_kinetic(
-    size: int, workdir: Path, ndarray: bool = False, format2: bool = False
+    size: int, workdir: Path, ndarray: bool = False, format2: bool = False, zygote: bool = False
 ) -> dict[str, Any]:
     if format2:  # blake3 not importable here nor in the job (sitecustomize below)
         hide = workdir / "no-blake3"
@@ -124,8 +138,11 @@ def child_kinetic(
     # A fresh-interpreter supervisor descends from this process, so RUSAGE_CHILDREN can
     # report the job's peak memory; a zygote-forked one does not (the job's memory is the
     # same). It detaches (a double fork): as a subreaper this process still reaps it.
-    os.environ["KINETIC_LOCAL_ZYGOTE"] = "0"
-    become_subreaper()
+    # ``zygote``: the local backend's default launch, whose jobs skip the interpreter's
+    # start and the imports after the start (the zygote preloaded them); no job peak then.
+    os.environ["KINETIC_LOCAL_ZYGOTE"] = "1" if zygote else "0"
+    if not zygote:
+        become_subreaper()
     import kinetic_core as kc
 
     target = kc.Target(storage=f"file://{root}")
@@ -139,8 +156,9 @@ def child_kinetic(
         data: Any = np.full(size, ord("x"), dtype=np.uint8)
     else:
         data = make_payload(size)
+    mark = workdir / "called"
     t0 = time.time()
-    handle = kc.submit(identity, (data,), target=target)
+    handle = kc.submit(identity_marked, (data, str(mark)), target=target)
     t1 = time.time()
     del data
     handle.wait()
@@ -151,21 +169,29 @@ def child_kinetic(
     del out
     job = root / "jobs" / handle.job_id
     started = json.loads((job / "started.json").read_text())["at"]
+    called = float(mark.read_text())
+    stored = (job / "result.pkl").stat().st_mtime  # its last write (published by link)
+    decided = json.loads((job / "outcome.json").read_text())["at"]
     finished = wait_json(job / "finished.json")["at"]
     local = root / "backend-local" / handle.job_id
     pid = json.loads((local / "launch.json").read_text())["pid"]
     exited = wait_json(local / "exit.json")["finished_at"]
-    os.waitpid(pid, 0)  # reap the supervisor: RUSAGE_CHILDREN then covers it and its runner
+    if not zygote:  # reap the supervisor: RUSAGE_CHILDREN then covers it and its runner
+        os.waitpid(pid, 0)
     handle.cleanup()
     return {
         "seconds": t3 - t0,
         "self_peak_mb": peak_mb(resource.RUSAGE_SELF),
         "base_mb": base_rss,
-        "job_peak_mb": peak_mb(resource.RUSAGE_CHILDREN),
+        "job_peak_mb": None if zygote else peak_mb(resource.RUSAGE_CHILDREN),
         "parts": {
             "submit(): pickle+hash+write arg": t1 - t0,
             "job start (until started.json)": started - t1,
             "job: verify+load arg, run, pickle+hash+write result": finished - started,
+            "  of which: verify+load arg (until the function is called)": called - started,
+            "  of which: run, pickle+hash+write result": stored - called,
+            "  of which: preview, outcome.json": decided - stored,
+            "  of which: finished.json": finished - decided,
             "job end -> exit.json -> wait() returns": t2 - finished,
             "result(): verify+load result": t3 - t2,
         },
@@ -331,6 +357,7 @@ def _read_through(path: Path) -> None:
 
 CHILDREN = {
     "kinetic": child_kinetic,
+    "kinetic-zygote": lambda size, workdir: child_kinetic(size, workdir, zygote=True),
     "kinetic-format2": lambda size, workdir: child_kinetic(size, workdir, format2=True),
     "kinetic-ndarray": lambda size, workdir: child_kinetic(size, workdir, ndarray=True),
     "floor": child_floor,
@@ -421,7 +448,7 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
         print(
             "(blake3 is not installed: 'kinetic' writes format 2 as well; install the fast extra)"
         )
-    variants = ["floor", "copyfile", "kinetic", "kinetic-format2"]
+    variants = ["floor", "copyfile", "kinetic", "kinetic-zygote", "kinetic-format2"]
     if importlib.util.find_spec("numpy"):
         variants.append("kinetic-ndarray")  # the same through a NumPy array
     else:
@@ -444,7 +471,7 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
     for variant, runs in results.items():
         secs = med([r["seconds"] for r in runs])
         peak = med([r["self_peak_mb"] for r in runs])
-        job = med([r["job_peak_mb"] for r in runs]) if "job_peak_mb" in runs[0] else None
+        job = med([r["job_peak_mb"] for r in runs]) if runs[0].get("job_peak_mb") else None
         job_txt = f"{job:>14.0f}" if job is not None else f"{'-':>14}"
         print(
             f"{variant:<16}{secs:>9.2f}{moved / secs:>9.0f}{copy / secs:>12.2f}x{base / secs:>14.2f}x"
@@ -456,14 +483,15 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
         "MiB in the kinetic child)"
     )
 
-    old = results["kinetic-format2"]
-    print(f"\nwhere the time goes (median){'kinetic':>39}{'format2':>10}")
+    old, zyg = results["kinetic-format2"], results["kinetic-zygote"]
+    print(f"\nwhere the time goes (median){'kinetic':>39}{'zygote':>9}{'format2':>10}")
     for key in kin[0]["parts"]:
-        now, before = (med([r["parts"][key] for r in rs]) for rs in (kin, old))
-        print(f"  {key:<58}{now:7.2f} s{before:7.2f} s")
-    detect = [med([r["exit_to_detect"] for r in rs]) for rs in (kin, old)]
+        now, warm, before = (med([r["parts"][key] for r in rs]) for rs in (kin, zyg, old))
+        print(f"  {key:<58}{now:7.2f} s{warm:7.2f} s{before:7.2f} s")
+    detect = [med([r["exit_to_detect"] for r in rs]) for rs in (kin, zyg, old)]
     print(
-        f"  {'  of which: supervisor exit -> wait() notices':<58}{detect[0]:7.2f} s{detect[1]:7.2f} s"
+        f"  {'  of which: supervisor exit -> wait() notices':<58}"
+        + "".join(f"{d:7.2f} s" for d in detect)
     )
     print(f"unit costs per pass over the payload (median of {args.repeats})")
     for key, value in parts.items():
@@ -486,6 +514,12 @@ def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
         f"  throughput >= {FLOOR_GOAL}x the floor:     {base / kin_s:.2f}x   "
         f"{'MET' if ok1 else 'MISSED'}   (kinetic {kin_s:.2f} s, floor {base:.2f} s side by "
         f"side; format 2: {base / med([r['seconds'] for r in old]):.2f}x)"
+    )
+    zyg_s = med([r["seconds"] for r in zyg])
+    print(
+        f"  the same, the default launch (zygote): {base / zyg_s:.2f}x   "
+        f"{'MET' if base / zyg_s >= FLOOR_GOAL else 'MISSED'}   (kinetic-zygote {zyg_s:.2f} s: "
+        "no interpreter start, the job's imports preloaded)"
     )
     by_units = 2 * units / kin_s
     print(

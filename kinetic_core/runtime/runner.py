@@ -185,6 +185,9 @@ def _run_started(
         if me.count > 1:
             body["worker"] = me.index
             body["exc_message"] = f"worker {me.index}: {body['exc_message']}"
+    # The call is spent: its arguments (a 1 GiB one, say) go before the result is
+    # written, unless the value refers to them, and its page cache reuses their memory.
+    call, args, kwargs = {}, (), {}
     sidecar.halt()  # no signal handler runs while the outcome is written
     held = not body["success"] and _debug_note(storage, job_id, handle, body, me.index)
     # in storage before the state can read terminal (a held job keeps its local folder)

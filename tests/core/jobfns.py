@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 
@@ -252,3 +253,22 @@ def leaves_work_for_exit(folder: str) -> str:
     ThreadPoolExecutor(1).submit(write, "pool", 0.3)
     print("printed-without-newline", end="")
     return "returned"
+
+
+class Weighty:
+    """An argument a job can watch (through a weak reference) while its result is stored."""
+
+
+class ArgumentAlive:
+    """A result that records, as the job pickles it, whether the job's argument is still
+    alive: it unpickles as that bool."""
+
+    def __init__(self, arg: Weighty) -> None:
+        self.ref = weakref.ref(arg)
+
+    def __reduce__(self) -> tuple[Any, tuple[bool]]:
+        return bool, (self.ref() is not None,)
+
+
+def watch_argument(arg: Weighty) -> ArgumentAlive:
+    return ArgumentAlive(arg)

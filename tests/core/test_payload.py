@@ -117,6 +117,12 @@ def test_corrupt_result_file(storage_uri: str, content: bytes) -> None:
         job.result(timeout=10)
 
 
+def test_the_job_lets_its_arguments_go_before_its_result_is_written(storage_uri: str) -> None:
+    """Regression: the runner held the call (a 1 GiB argument, say) while it pickled and
+    wrote the result, so a job whose value is new data held both during the store."""
+    assert kc.submit(jobfns.watch_argument, (jobfns.Weighty(),)).result(timeout=60) is False
+
+
 def test_signed_job_end_to_end_and_unsigned_payload_refused_by_runner(
     storage_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
