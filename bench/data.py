@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import load_avg
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import payload as payload_bench  # bench/payload.py: its per-variant children
@@ -92,7 +94,7 @@ def main() -> int:
         free = shutil.disk_usage(tmp).free
         if free < 5 * size + 1024 * MB:
             raise SystemExit(f"{tmp} has {free / MB:.0f} MiB free; need ~{5 * size / MB:.0f} MiB")
-        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        load = load_avg()
         print(f"size {size / MB:.0f} MiB; load average {load} (cores: {os.cpu_count()})")
 
         if args.only != "folder":

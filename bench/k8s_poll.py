@@ -32,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from common import load_avg
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "kubernetes")]
 
@@ -246,7 +248,7 @@ def main() -> None:
     parser.add_argument("--kubeconfig", help="a running test cluster (else one is started)")
     args = parser.parse_args()
     os.environ["KINETIC_K8S_WATCH"] = "0"  # LIST per poll is measured here; the watch: k8s_watch.py
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average: {load_avg()}")
     cluster = start_test_cluster(args.kubeconfig)
     target = Target(**bench_target()).resolve()
     backend = KubernetesBackend(target)

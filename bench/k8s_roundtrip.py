@@ -37,6 +37,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from common import load_avg
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "kubernetes")]
 
@@ -222,7 +224,7 @@ def main() -> None:
     )
     parser.add_argument("--kubeconfig", help="a running test cluster (else one is started)")
     args = parser.parse_args()
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average: {load_avg()}")
     requests = Requests()
     # The test cluster's pods run as this machine's processes and import kinetic_core
     # through PYTHONPATH: this checkout's, not whatever the interpreter has installed.
@@ -250,7 +252,7 @@ def main() -> None:
                         times[which].append(kinetic_trip(target, marks))
                     else:
                         times[which].append(bare_job(backend, requests))
-        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"load average: {load_avg()}")
         k, b = statistics.median(times["kinetic"]), statistics.median(times["bare"])
         kreq, kdetail = per_trip(trips["kinetic"])
         breq, bdetail = per_trip(trips["bare"])
@@ -276,7 +278,7 @@ def main() -> None:
         print(f"  python -c pass:                        {bare_py * 1000:7.1f} ms")
         print(f"  python -c 'import kinetic_core.runner': {runner_py * 1000:7.1f} ms")
         print(f"  the runner's import above a bare start: {(runner_py - bare_py) * 1000:7.1f} ms")
-        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"load average: {load_avg()}")
     finally:
         if cluster is not None:
             cluster.stop()

@@ -28,6 +28,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from common import load_avg
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "kubernetes")]
 
@@ -125,10 +127,6 @@ def settle(backend: KubernetesBackend) -> None:
         time.sleep(0.5)
 
 
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50)
@@ -140,7 +138,7 @@ def main() -> None:
         help="no pod runs (a node selector no node has): the API's speed alone",
     )
     args = parser.parse_args()
-    print(f"load average: {load()}")
+    print(f"load average: {load_avg()}")
     # The test cluster's pods run as this machine's processes and import kinetic_core
     # through PYTHONPATH: this checkout's, not whatever the interpreter has installed.
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -171,7 +169,7 @@ def main() -> None:
                 settle(backend)
                 times[which].append(phases[which]())
         settle(backend)
-        print(f"load average: {load()}")
+        print(f"load average: {load_avg()}")
         bare_rate = args.n / statistics.median(times["bare"])
         kinetic_rate = args.n / statistics.median(times["kinetic"])
         children_rate = args.children / statistics.median(times["batch"])

@@ -37,6 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from common import load_avg
+
 ROOT = Path(__file__).resolve().parent
 sys.path[:0] = [str(ROOT.parent), str(ROOT), str(ROOT.parent / "tests" / "kubernetes")]
 
@@ -165,7 +167,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="each measured window")
     parser.add_argument("--kubeconfig", help="a running test cluster (else one is started)")
     args = parser.parse_args()
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average: {load_avg()}")
     cluster = start_test_cluster(args.kubeconfig)
     target = Target(**bench_target()).resolve()
     writer = KubernetesBackend(target)

@@ -63,13 +63,14 @@ import os
 import pickle
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from common import load_avg, med
 
 MB = 1 << 20
 #: Seconds between two children (see the docstring: "Fair turns").
@@ -403,10 +404,6 @@ def turns(variants: list[str], turn: int) -> list[str]:
     return order[::-1] if turn % 2 else order
 
 
-def med(values: list[float]) -> float:
-    return statistics.median(values)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="payload size in MiB")
@@ -439,7 +436,7 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace, size: int, tmp: Path) -> int:
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load = load_avg()
     print(
         f"payload {size / MB:.0f} MiB; load average {load} (cores: {os.cpu_count()}); "
         f"{args.settle:g} s between runs, order rotated"

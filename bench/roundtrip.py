@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from common import load_avg, med
 
 # What a local job's process imports today (supervisor, then the forked runner) ...
 JOB_IMPORTS_NOW = "import kinetic_core.backends.local.supervisor, kinetic_core.runtime.runner"
@@ -39,10 +40,6 @@ JOB_IMPORTS_FLOOR = "import cloudpickle, hashlib, hmac, json, pickle, struct, th
 
 def noop() -> None:
     return None
-
-
-def med(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
 
 
 def ms(seconds: float) -> str:
@@ -60,10 +57,6 @@ def count_polls(backend: Any) -> list[int]:
 
     backend.poll = poll
     return counter
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def time_bare() -> float:

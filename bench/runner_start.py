@@ -31,13 +31,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from common import load_avg, med
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.core.scripted_backend
@@ -48,14 +49,6 @@ STDLIB = "import json, errno"
 
 def noop() -> None:
     return None
-
-
-def med(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def child_env(checkout: Path = ROOT) -> dict[str, str]:

@@ -36,11 +36,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from common import load_avg
+
 JOB_MB = 25  # memory per sleeping local job (measured ~20 MB PSS) plus headroom
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def mem_available_mb() -> float:

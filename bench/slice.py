@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import load_avg
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "kubernetes")]
 
@@ -115,7 +117,7 @@ def main() -> None:
     parser.add_argument("--watched", type=int, default=50)
     parser.add_argument("--kubeconfig", help="a running test cluster (else one is started)")
     args = parser.parse_args()
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average: {load_avg()}")
     cluster = start_test_cluster(args.kubeconfig)
     base = kc.Target(**bench_target(poll_interval=0.5))
     backend = get_backend(base.resolve())
