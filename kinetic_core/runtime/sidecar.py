@@ -4,14 +4,16 @@ One thread, one tick: every ``signals.POLL_SECONDS`` it lists the job's signal r
 (one storage list) and, when ``telemetry.SAMPLE_SECONDS`` have passed, writes a telemetry
 sample. It starts right before the function runs (the call's env is applied by then, so
 ``KINETIC_SIGNAL_POLL_SECONDS`` / ``KINETIC_TELEMETRY_SECONDS`` in ``Target(env=...)``
-count) and stops right after it returns, before the result is stored: no handler of the
-function runs while its outcome is being written. A failing tick (storage unreachable)
-is logged and the job goes on: neither signals nor telemetry may break a job.
+count) and is halted right after it returns, before the result is stored (``halt()``): no
+handler of the function runs while its outcome is being written. Its last sample comes
+after the outcome (``stop()``), so that a job shorter than one interval still leaves one.
+A failing tick (storage unreachable) is logged and the job goes on: neither signals nor
+telemetry may break a job.
 
 Importing this module imports neither: the thread imports ``signals`` and ``telemetry``
 (with the records and hashing they need) at its first wake, ``FIRST_WAKE_SECONDS`` in,
 so a fresh runner's function starts without them (``bench/runner_start.py``) and a short
-job leaves them to ``stop()``, after its function returned.
+job leaves them to ``stop()``, after its outcome.
 """
 
 from __future__ import annotations

@@ -213,10 +213,9 @@ def serve(path: str, idle: float) -> None:
             except OSError:
                 continue
             with conn:  # every operation on one client's connection affects only that client
-                if spare is not None and _hand_over(spare, conn):
-                    spare = None
-                else:  # no spare (it died, or could not be forked): fork for this request
-                    spare = None
+                handed = spare is not None and _hand_over(spare, conn)
+                spare = None  # handed over, or dead: the next one is forked after this request
+                if not handed:  # no spare (it died, or could not be forked): fork for this one
                     try:
                         conn.settimeout(REQUEST_TIMEOUT)
                         request = json.loads(read_line(conn))
