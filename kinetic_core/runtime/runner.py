@@ -106,11 +106,13 @@ def run_job(storage_uri: str, job_id: str) -> int:
     signing_key = os.environ.get("KINETIC_SIGNING_KEY") or None
     decided = read_outcome(storage, job_id)
     if decided is not None:  # cancelled (or stopped) before it started: run nothing
-        print(
-            f"kinetic: job {job_id} is already {decided['status']}; not running it", file=sys.stderr
-        )
-        # a late worker of a slice whose worker 0 already succeeded has nothing left to do
-        return 0 if index and decided["status"] == "SUCCEEDED" else 1
+        line = f"kinetic: job {job_id} is already {decided['status']}; not running it"
+        print(line, file=sys.stderr)
+        if index and decided["status"] == "SUCCEEDED":
+            # a late worker of a slice whose worker 0 already succeeded: nothing left to do
+            _keep_refusal(storage, job_id, index, line)
+            return 0
+        return 1
     handle = read_json(storage, layout.job_file(job_id, layout.HANDLE))
     other = _other_attempt(storage, job_id, handle)
     if other is not None:
@@ -304,6 +306,20 @@ def _other_attempt(storage: Storage, job_id: str, handle: dict[str, Any] | None)
     if isinstance(earlier, str) and read_outcome(storage, earlier) is None:
         return f"the attempt it recovers ({earlier}) has not ended"
     return None
+
+
+def _keep_refusal(storage: Storage, job_id: str, worker: int, line: str) -> None:
+    """A worker of a slice that started after worker 0 had succeeded keeps why it did not
+    run as its log in storage (where ``logs(worker=k)`` reads once its pod is gone), not
+    only in the pod's log: unless it had started once already, whose stream this is."""
+    if read_json(storage, layout.job_file(job_id, started_record(worker))) is not None:
+        return
+    from kinetic_core.records.log_chunks import ChunkWriter
+
+    writer = ChunkWriter(storage, job_id, worker=worker)
+    writer.begin()
+    writer.feed(f"{line}\n".encode())
+    writer.end()
 
 
 def _refuse_second_run(storage: Storage, job_id: str, worker: int = 0) -> int:

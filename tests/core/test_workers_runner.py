@@ -228,3 +228,26 @@ def test_four_workers_ending_at_once_each_sync_their_own_outputs(
         assert seen_by(uri, job.job_id, k)["index"] == k
     names = sorted(open_storage(uri).walk(layout.outputs(job.job_id)))
     assert names == ["seen.json"] + [f"worker-{k}/seen.json" for k in range(1, COUNT)]
+
+
+def test_a_worker_that_starts_after_worker_0_succeeded_keeps_why_as_its_log(
+    storage_uri: str, tmp_path: Path
+) -> None:
+    """A slice's worker whose pod started after worker 0 had decided SUCCEEDED runs
+    nothing (exit 0); why is kept as its log in storage, where ``logs(worker=k)`` reads
+    once the pod is gone (before: only in the pod's log, so the worker left no stream).
+    A replacement of a worker that had started once leaves that worker's stream alone."""
+    from kinetic_core.records.lifecycle import BY_RUNNER, decide, write_record
+    from kinetic_core.records.log_chunks import read_all, read_meta
+
+    job = submit(tmp_path / "barrier")
+    store = open_storage(storage_uri)
+    write_record(store, job.job_id, "started-worker-1.json", create_only=True, worker=1)
+    assert decide(store, job.job_id, "SUCCEEDED", None, None, by=BY_RUNNER)[0]
+    for k in (1, 2):
+        code, out = finish(start_worker(storage_uri, job.job_id, k))
+        assert code == 0, out
+        assert "is already SUCCEEDED; not running it" in out
+    assert "is already SUCCEEDED; not running it" in read_all(store, job.job_id, worker=2)
+    assert (read_meta(store, job.job_id, worker=2) or {}).get("ended_ns")
+    assert read_meta(store, job.job_id, worker=1) is None  # its first run's, not ours
